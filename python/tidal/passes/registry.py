@@ -1,0 +1,65 @@
+"""tidal's own passes and named pipelines, as seen by `tidal-opt --pass-pipeline`.
+
+A tidal pass is a Python function over the `builtin.module` operation. It raises `TidalError` to
+fail with a located diagnostic. Named pipelines expand to pipeline text that may mix tidal passes
+and any pass of the bundled MLIR/torch-mlir.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TidalPass:
+    name: str
+    summary: str
+    run: Callable  # run(module_op, **options) -> None
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TidalPipeline:
+    name: str
+    summary: str
+    text: str  # comma-separated module-level pipeline elements
+
+
+_PASSES: dict[str, TidalPass] = {}
+_PIPELINES: dict[str, TidalPipeline] = {}
+
+
+def tidal_pass(name: str, summary: str, options: tuple[str, ...] = ()):
+    """Decorator registering `fn(module_op, **options)` as the module pass `name`."""
+
+    def register(fn):
+        if name in _PASSES or name in _PIPELINES:
+            raise ValueError(f"pass {name} registered twice")
+        _PASSES[name] = TidalPass(name, summary, fn, options)
+        return fn
+
+    return register
+
+
+def tidal_pipeline(name: str, summary: str, text: str) -> TidalPipeline:
+    if name in _PASSES or name in _PIPELINES:
+        raise ValueError(f"pipeline {name} registered twice")
+    _PIPELINES[name] = p = TidalPipeline(name, summary, text)
+    return p
+
+
+def lookup_pass(name: str) -> TidalPass | None:
+    return _PASSES.get(name)
+
+
+def lookup_pipeline(name: str) -> TidalPipeline | None:
+    return _PIPELINES.get(name)
+
+
+def all_passes() -> list[TidalPass]:
+    return sorted(_PASSES.values(), key=lambda p: p.name)
+
+
+def all_pipelines() -> list[TidalPipeline]:
+    return sorted(_PIPELINES.values(), key=lambda p: p.name)

@@ -1,0 +1,250 @@
+"""tidal-opt: the mlir-opt-style driver over tidal's passes and every pass of the bundled MLIR.
+
+Every failure is reported as `FILE:LINE:COL: error: message` on stderr with exit code 1; a Python
+traceback reaching the user is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from tidal.diagnostics import Diagnostic, SourceLoc, TidalError, diagnostics_from_exception
+
+SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
+EXPECTED = re.compile(
+    r"//\s*expected-(error|warning|note|remark)\s*(?:@([+-]?\d+|above|below))?\s*\{\{(.*?)\}\}"
+)
+
+
+@dataclass
+class Chunk:
+    text: str
+    first_line: int
+
+
+def split_input(text: str, split: bool) -> list[Chunk]:
+    if not split:
+        return [Chunk(text, 1)]
+    chunks, start, line = [], 0, 1
+    for m in SPLIT_MARKER.finditer(text):
+        chunks.append(Chunk(text[start : m.start()], line))
+        line += text[start : m.end()].count("\n") + 1
+        start = m.end() + 1
+    chunks.append(Chunk(text[start:], line))
+    return chunks
+
+
+@dataclass
+class Expected:
+    severity: str
+    line: int
+    message: str
+    comment_loc: SourceLoc
+    seen: bool = False
+
+
+def expected_diagnostics(chunk: Chunk, source_name: str) -> list[Expected]:
+    out = []
+    for i, line in enumerate(chunk.text.split("\n")):
+        lineno = chunk.first_line + i
+        for m in EXPECTED.finditer(line):
+            sev, offset, msg = m.groups()
+            if offset in (None, ""):
+                target = lineno
+            elif offset == "above":
+                target = lineno - 1
+            elif offset == "below":
+                target = lineno + 1
+            elif offset[0] in "+-":
+                target = lineno + int(offset)
+            else:
+                target = int(offset)
+            out.append(Expected(sev, target, msg, SourceLoc(source_name, lineno, m.start() + 1)))
+    return out
+
+
+def check_expected(diags: list[Diagnostic], expected: list[Expected]) -> list[Diagnostic]:
+    """Mismatches between produced and expected diagnostics, as errors to report."""
+    problems = []
+    for d in diags:
+        match = next(
+            (
+                e
+                for e in expected
+                if not e.seen
+                and e.severity == d.severity
+                and d.loc is not None
+                and e.line == d.loc.line
+                and e.message in d.message
+            ),
+            None,
+        )
+        if match:
+            match.seen = True
+        else:
+            problems.append(Diagnostic("error", f"unexpected {d.severity}: {d.message}", d.loc))
+    for e in expected:
+        if not e.seen:
+            problems.append(
+                Diagnostic("error", f'expected {e.severity} "{e.message}" was not produced', e.comment_loc)
+            )
+    return problems
+
+
+def bundled_mlir_passes() -> list[str]:
+    """Pass names from the bundled torch-mlir-opt's --help (the Python API cannot list them)."""
+    import os
+
+    import torch_mlir
+
+    exe = os.path.join(os.path.dirname(torch_mlir._mlir_libs.__file__), "torch-mlir-opt")
+    try:
+        out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return re.findall(r"^      --([a-z0-9-]+)\s+-\s+(.*)$", out, re.M)
+
+
+def list_passes() -> str:
+    from tidal.passes import all_passes, all_pipelines
+
+    lines = ["tidal passes:"]
+    lines += [f"  {p.name:36s} {p.summary}" for p in all_passes()]
+    lines += ["", "tidal pipelines:"]
+    lines += [f"  {p.name:36s} {p.summary}" for p in all_pipelines()]
+    lines += ["", "bundled MLIR / torch-mlir passes (every registered MLIR pass may be named):"]
+    lines += [f"  {name:36s} {summary}" for name, summary in bundled_mlir_passes()]
+    return "\n".join(lines)
+
+
+def process_chunk(chunk: Chunk, source_name: str, args, ctx) -> tuple[str | None, list[Diagnostic]]:
+    """Parse, verify, run the pipeline, print. Returns (output or None, diagnostics)."""
+    from torch_mlir import ir
+
+    from tidal.context import parse_module
+    from tidal.dialects import verify_module
+    from tidal.passes import run_pipeline
+
+    collected: list[Diagnostic] = []
+
+    def handler(d):
+        collected.extend(diagnostics_from_exception(_AsMLIRError(d)))
+        return True
+
+    handle = ctx.attach_diagnostic_handler(handler)
+    try:
+        try:
+            module = parse_module(chunk.text, source_name, ctx, chunk.first_line)
+            errors = verify_module(module.operation)
+            if errors:
+                return None, collected + [d for e in errors for d in diagnostics_from_exception(e)]
+            if args.pass_pipeline:
+                run_pipeline(
+                    module.operation,
+                    args.pass_pipeline,
+                    ctx,
+                    print_after_all=args.mlir_print_ir_after_all,
+                )
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a diagnostic
+            diags = diagnostics_from_exception(exc)
+            if not isinstance(exc, (ir.MLIRError, TidalError)):
+                diags = [
+                    Diagnostic(
+                        "error",
+                        f"internal error in tidal-opt ({type(exc).__name__}: {exc}); please report it",
+                        SourceLoc(source_name, chunk.first_line, 1),
+                    )
+                ]
+            return None, collected + diags
+        printed = module.operation.get_asm(
+            print_generic_op_form=args.mlir_print_op_generic,
+            enable_debug_info=args.mlir_print_debuginfo,
+        )
+        return printed, collected
+    finally:
+        handle.detach()
+
+
+class _AsMLIRError:
+    """Adapter so a lone diagnostic goes through the same flattening as an MLIRError."""
+
+    def __init__(self, d):
+        self.error_diagnostics = [d]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="tidal-opt",
+        description="Run tidal and MLIR passes over an MLIR file (mlir-opt conventions).",
+    )
+    p.add_argument("input", nargs="?", default="-", help="input file ('-' or nothing: stdin)")
+    p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    p.add_argument("--pass-pipeline", default="", help="e.g. 'builtin.module(tidal-verify,cse)'")
+    p.add_argument("--split-input-file", action="store_true", help="process '// -----' chunks separately")
+    p.add_argument("--verify-diagnostics", action="store_true", help="check expected-error comments")
+    p.add_argument("--mlir-print-ir-after-all", action="store_true", help="print IR after each pass (stderr)")
+    p.add_argument("--mlir-print-op-generic", action="store_true", help="print ops in generic form")
+    p.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
+    p.add_argument("--list-passes", action="store_true", help="list tidal passes, pipelines and MLIR passes")
+    args = p.parse_args(argv)
+
+    if args.list_passes:
+        print(list_passes())
+        return 0
+
+    source_name = "<stdin>" if args.input == "-" else args.input
+    try:
+        raw = sys.stdin.buffer.read() if args.input == "-" else open(args.input, "rb").read()
+    except OSError as e:
+        print(f"{source_name}:1:1: error: cannot read input: {e.strerror}", file=sys.stderr)
+        return 1
+    text = raw.decode("utf-8", errors="surrogateescape")
+    if not text.strip() or all(
+        not ln.strip() or ln.lstrip().startswith("//") for ln in text.splitlines()
+    ):
+        print(f"{source_name}:1:1: error: input is empty: expected an MLIR module", file=sys.stderr)
+        return 1
+
+    import tidal.passes  # noqa: F401  (registers passes)
+    from tidal.context import make_context
+
+    ctx = make_context()
+    outputs, failed = [], False
+    for chunk in split_input(text, args.split_input_file):
+        with ctx:
+            out, diags = process_chunk(chunk, source_name, args, ctx)
+        if args.verify_diagnostics:
+            problems = check_expected(diags, expected_diagnostics(chunk, source_name))
+            for d in problems:
+                print(d.format(), file=sys.stderr)
+            failed |= bool(problems)
+        else:
+            for d in diags:
+                print(d.format(), file=sys.stderr)
+            failed |= out is None or any(d.severity == "error" for d in diags)
+        if out is not None:
+            outputs.append(out)
+
+    result = "// -----\n".join(outputs)
+    if args.output == "-":
+        sys.stdout.write(result)
+    else:
+        with open(args.output, "w") as f:
+            f.write(result)
+    return 1 if failed else 0
+
+
+def entry() -> None:
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()
