@@ -141,9 +141,9 @@ class OpChecker:
         if not ok:
             self.fail(
                 f"result #{index} ({what}) has type {result.type} but stacking the yielded "
-                f"{y_t} along dim {dim} gives {expected.to_type()}"
+                f"{y_t} along dim {dim} gives {expected.to_type(y_t.context)}"
             )
 
 
 def slice_type(t: ir.Type, dim: int) -> ir.Type:
-    return tensor_spec(t).without_dim(dim).to_type()
+    return tensor_spec(t).without_dim(dim).to_type(t.context)

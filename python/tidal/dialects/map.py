@@ -40,7 +40,7 @@ def build_map(xs, consts, y_types, body_fn=None, loc=None):
     length = tensor_spec(xs[0].type).shape[0]
     return create_region_op(
         NAME,
-        results=[tensor_spec(t).with_dim(0, length).to_type() for t in y_types],
+        results=[tensor_spec(t).with_dim(0, length).to_type(t.context) for t in y_types],
         operands=[*xs, *consts],
         attributes={"num_xs": i64_attr(len(xs))},
         region_arg_types=[[slice_type(v.type, 0) for v in xs] + [v.type for v in consts]],

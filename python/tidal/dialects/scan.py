@@ -64,7 +64,7 @@ def build_scan(init, xs, consts, y_types, body_fn=None, dim=0, reverse=False, lo
     from tidal.dialects.types import tensor_spec
 
     length = tensor_spec(xs[0].type).shape[dim]
-    stacked = [tensor_spec(t).with_dim(dim, length).to_type() for t in y_types]
+    stacked = [tensor_spec(t).with_dim(dim, length).to_type(t.context) for t in y_types]
     return create_region_op(
         NAME,
         results=[v.type for v in init] + stacked,

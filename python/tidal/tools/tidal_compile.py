@@ -1,23 +1,94 @@
-"""tidal-compile: compile a PyTorch program file and print its IR (stub until the importer lands)."""
+"""tidal-compile: compile a PyTorch program file with tidal and print its IR at a chosen stage.
+
+FILE.py defines `model` (an nn.Module or callable) and `example_inputs` (a tuple). Errors are one
+clear message naming the op and the user's source line, with exit code 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
+import warnings
+
+from tidal.diagnostics import Diagnostic, TidalError, diagnostics_from_exception
+
+
+def load_program_file(path: str):
+    """Import FILE.py as a real module (runpy breaks Dynamo for control-flow ops: FOUNDATION.md)."""
+    name = "tidal_user_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TidalError(f"cannot load '{path}' as a Python module", None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    for attr in ("model", "example_inputs"):
+        if not hasattr(module, attr):
+            raise TidalError(f"{path} must define `{attr}` (see tidal-compile --help)")
+    inputs = module.example_inputs
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return module.model, inputs
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tidal.compiler import stage_names
+
     p = argparse.ArgumentParser(
         prog="tidal-compile",
-        description=(
-            "Compile FILE.py (defining `model` and `example_inputs`) with tidal. "
-            "NOT IMPLEMENTED YET: this is a stub until the importer issue fills it in."
-        ),
+        description="Compile FILE.py (defining `model` and `example_inputs`) with tidal and print its IR.",
     )
-    p.add_argument("file")
+    p.add_argument("file", help="Python file defining `model` and `example_inputs`")
+    p.add_argument("--emit", choices=stage_names(), default="linalg", help="stage to print (default: linalg)")
+    p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
     args = p.parse_args(argv)
-    print(f"{args.file}:1:1: error: tidal-compile is not implemented yet (the importer issue adds it)", file=sys.stderr)
-    return 1
+
+    try:
+        text = compile_file(args.file, args.emit)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported as a diagnostic
+        for d in _diagnostics(exc, args.file):
+            print(d.format(), file=sys.stderr)
+        return 1
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w") as f:
+            f.write(text)
+    return 0
+
+
+def compile_file(path: str, emit: str) -> str:
+    from tidal.compiler import lower
+    from tidal.importer import import_program
+
+    if not os.path.isfile(path):
+        raise TidalError(f"no such file: {path}")
+    model, inputs = load_program_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        prog = import_program(model, inputs)
+    lower(prog.module, prog.context, emit)
+    return str(prog.module)
+
+
+def _diagnostics(exc: BaseException, path: str) -> list[Diagnostic]:
+    from torch_mlir import ir
+
+    if isinstance(exc, (TidalError, ir.MLIRError)):
+        return diagnostics_from_exception(exc)
+    # A failure inside torch.export or the user's own code: name the innermost user frame.
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    from tidal.diagnostics import SourceLoc
+
+    loc = SourceLoc(path, frames[-1].lineno, 1) if frames else SourceLoc(path, 1, 1)
+    return [Diagnostic("error", f"{type(exc).__name__}: {first_line}", loc)]
 
 
 def entry() -> None:
