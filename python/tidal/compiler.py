@@ -5,6 +5,7 @@ Stages, in order (each names the IR a user can print with `tidal-compile --emit 
   tidal   after torch-level simplification (op variants, decompositions): what tidal's own
           passes see before aten ops are lowered
   linalg  linalg/tensor/arith/math + tidal ops on builtin tensors (tidal-backend-contract holds)
+  llvm    the LLVM dialect, loops included (tidal → scf → bufferized memrefs → LLVM)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 
 from torch_mlir import ir
 
+import tidal.backends.cpu  # noqa: F401  (registers the CPU pipeline)
 import tidal.passes  # noqa: F401  (registers passes and pipelines)
 from tidal.passes import run_pipeline
 
@@ -20,6 +22,7 @@ STAGES: list[tuple[str, str | None]] = [
     ("torch", None),
     ("tidal", "tidal-torch-simplify"),
     ("linalg", "tidal-torch-to-linalg-from-simplified"),
+    ("llvm", "tidal-linalg-to-llvm"),
 ]
 
 
@@ -30,6 +33,13 @@ def stage_names() -> list[str]:
 def lower(module: ir.Module, context: ir.Context, to: str, start: str = "torch", dump_dir: str | None = None) -> ir.Module:
     """Run the pipelines that take `module` (at stage `start`) to stage `to`, in place."""
     names = stage_names()
+    if to == "llvm":
+        from tidal.backends.cpu import mark_entry
+
+        with context:
+            for op in module.body.operations:
+                if op.operation.name == "func.func":
+                    mark_entry(module, ir.StringAttr(op.attributes["sym_name"]).value)
     if to not in names:
         raise ValueError(f"unknown stage '{to}' (stages: {', '.join(names)})")
     begin, end = names.index(start), names.index(to)
@@ -50,3 +60,42 @@ def _dump(dump_dir: str, index: int, stage: str, module: ir.Module) -> None:
     os.makedirs(dump_dir, exist_ok=True)
     with open(os.path.join(dump_dir, f"{index:02d}-{stage}.mlir"), "w") as f:
         f.write(str(module))
+
+
+class CompiledProgram:
+    """A program compiled to native code, called like the original (pytrees in and out)."""
+
+    def __init__(self, native, out_spec, num_tensor_inputs: int):
+        self.native = native
+        self.out_spec = out_spec
+        self.num_tensor_inputs = num_tensor_inputs
+
+    def __call__(self, *args, **kwargs):
+        import torch
+        import torch.utils._pytree as pytree
+
+        flat = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+        outs = self.native(*flat)
+        return pytree.tree_unflatten(outs, self.out_spec) if self.out_spec is not None else outs
+
+
+def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -> CompiledProgram:
+    """Import an ExportedProgram, lower it to LLVM and JIT it."""
+    from tidal.importer import import_exported
+    from tidal.runtime import NativeFunction, signature_of
+
+    prog = import_exported(ep, func_name)
+    lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
+    with prog.context:
+        args, results = signature_of(prog.module, func_name)
+    lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
+    with prog.context:
+        native = NativeFunction(prog.module, func_name, args, results)
+    return CompiledProgram(native, ep.call_spec.out_spec, len(args))
+
+
+def compile_program(model, example_inputs: tuple, dump_dir: str | None = None) -> CompiledProgram:
+    """Export `model` on `example_inputs` (control-flow HOPs kept) and compile it for the CPU."""
+    from tidal.importer import export_program
+
+    return compile_exported(export_program(model, example_inputs), dump_dir=dump_dir)

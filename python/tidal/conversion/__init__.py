@@ -1,3 +1,3 @@
 """Conversions between levels (torch → linalg; later tidal → scf and tidal → Triton kernels)."""
 
-from tidal.conversion import torch_to_linalg  # noqa: F401  (registers passes and pipelines)
+from tidal.conversion import tidal_to_scf, torch_to_linalg  # noqa: F401  (registers passes)

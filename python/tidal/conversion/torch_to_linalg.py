@@ -95,6 +95,30 @@ def retype(module_op):
         _retype_op(op)
 
 
+@tidal_pass(
+    "tidal-check-torch-lowered",
+    "Fail on the first aten/prims op torch-mlir's conversions left behind, naming it and its source",
+)
+def check_torch_lowered(module_op):
+    left: list = []
+
+    def visit(op):
+        if op.name.startswith(("torch.aten.", "torch.prims.", "torch.prim.")) and op.name != "torch.prim.ListConstruct":
+            left.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    if left:
+        op = left[0]
+        notes = (f"and {len(left) - 1} more op(s) were not lowered",) if len(left) > 1 else ()
+        raise TidalUnsupported(
+            f"'{op.name}' op has no lowering to linalg in torch-mlir (types: "
+            f"{', '.join(str(v.type) for v in op.operands)} -> {', '.join(str(r.type) for r in op.results)})",
+            op.location,
+            notes,
+        )
+
+
 ALLOWED_DIALECTS = ("builtin", "func", "linalg", "tensor", "arith", "math", "scf", "tm_tensor", "tidal")
 # Runtime checks torch-mlir emits (e.g. index bounds) lower to LLVM as they are.
 ALLOWED_OPS = ("cf.assert",)
@@ -148,7 +172,7 @@ LINALG_PASSES = (
     "func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
     "func.func(convert-torch-to-tmtensor), func.func(canonicalize), func.func(convert-torch-to-linalg), "
     "func.func(canonicalize), func.func(convert-torch-to-scf), func.func(convert-torch-to-arith), "
-    "func.func(convert-torch-to-tensor), convert-torch-conversion-to-mlprogram, "
+    "func.func(convert-torch-to-tensor), tidal-check-torch-lowered, convert-torch-conversion-to-mlprogram, "
     "func.func(memref-expand), func.func(canonicalize), func.func(resolve-shaped-type-result-dims), "
     "func.func(cse), torch-func-backend-type-conversion, func.func(canonicalize)"
 )

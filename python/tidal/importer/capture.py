@@ -91,6 +91,33 @@ class _CallableModule(torch.nn.Module):
         return self.fn(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def record_full_user_stacks():
+    """Keep every user frame below `forward` in node stack traces, not only `forward` frames.
+
+    Non-strict export records only frames named `forward`, so an op in a helper function (or in a
+    scan body) would be attributed to the line in `forward` that called it; diagnostics should
+    name the op's own line.
+    """
+    from torch.fx.proxy import TracerBase
+
+    original = TracerBase._filter_traceback_frames
+
+    def all_user_frames(self, summary):
+        was = self._record_forward_stack_traces_only
+        self._record_forward_stack_traces_only = False
+        try:
+            return original(self, summary)
+        finally:
+            self._record_forward_stack_traces_only = was
+
+    TracerBase._filter_traceback_frames = all_user_frames
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = original
+
+
 def decomposition_table():
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -104,7 +131,7 @@ def export_program(model, example_inputs: tuple, example_kwargs: dict | None = N
     """
     if not isinstance(model, torch.nn.Module):
         model = _CallableModule(model)
-    with keep_associative_scan():
+    with keep_associative_scan(), record_full_user_stacks():
         ep = torch.export.export(
             model, tuple(example_inputs), example_kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False
         )

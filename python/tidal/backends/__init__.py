@@ -1,0 +1,1 @@
+"""Code generation backends: `cpu` (LLVM JIT) now; Triton for the GPU later."""

@@ -1,0 +1,52 @@
+"""CPU backend: linalg-level tidal IR → scf → bufferized memrefs → LLVM → in-process JIT.
+
+The whole program, loops included, becomes one native function: a `tidal.while` is an
+`scf.while` in machine code, with no Python per iteration.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from tidal.passes.registry import tidal_pass, tidal_pipeline
+
+BUFFERIZE = (
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
+)
+
+LINALG_TO_LLVM = tidal_pipeline(
+    "tidal-linalg-to-llvm",
+    "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
+    "tidal-lower-to-scf, canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse, "
+    f"{BUFFERIZE}, func.func(refback-munge-memref-copy), canonicalize, "
+    "func.func(convert-linalg-to-loops), func.func(buffer-loop-hoisting), convert-scf-to-cf, "
+    "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-math-to-llvm, "
+    "convert-math-to-libm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
+    "reconcile-unrealized-casts, tidal-llvm-contract",
+)
+
+
+@tidal_pass("tidal-llvm-contract", "Check that only the LLVM dialect remains (ready for the JIT)")
+def llvm_contract(module_op):
+    from tidal.diagnostics import TidalUnsupported
+
+    bad = []
+
+    def visit(op):
+        if op.name.split(".", 1)[0] not in ("llvm", "builtin"):
+            bad.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    if bad:
+        raise TidalUnsupported(f"'{bad[0].name}' op could not be lowered to LLVM", bad[0].location)
+
+
+def mark_entry(module: ir.Module, func_name: str) -> None:
+    """Ask func-to-llvm for the C interface (`_mlir_ciface_<name>`) the runtime calls."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func_name:
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            return
+    raise KeyError(func_name)

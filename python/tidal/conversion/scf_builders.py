@@ -1,0 +1,111 @@
+"""Small IR-building helpers shared by the per-op `lower_to_scf` rules.
+
+Tidal regions are isolated from above, so lowering a tidal op to scf is substitution: each body's
+block arguments are replaced by the values scf provides (loop-carried args, slices, the op's
+operands) and the body's ops are moved into the scf region.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch_mlir import ir
+from torch_mlir.dialects import arith, tensor
+
+from tidal.dialects.registry import YIELD
+
+
+def index(v: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), v).result
+
+
+def dim_size(value: ir.Value, dim: int) -> ir.Value:
+    t = value.type
+    if not t.is_dynamic_dim(dim):
+        return index(t.get_dim_size(dim))
+    return tensor.dim(value, index(dim))
+
+
+def step_index(i: ir.Value, length: ir.Value, reverse: bool) -> ir.Value:
+    """The position processed at step `i`: i, or length-1-i when scanning in reverse."""
+    if not reverse:
+        return i
+    last = arith.SubIOp(length, index(1)).result
+    return arith.SubIOp(last, i).result
+
+
+def _slice_geometry(full: ir.Value, dim: int, at: ir.Value):
+    t = full.type
+    rank = t.rank
+    dyn = ir.ShapedType.get_dynamic_size()
+    offsets, static_offsets = [at], [dyn if k == dim else 0 for k in range(rank)]
+    sizes, static_sizes = [], []
+    for k in range(rank):
+        if k == dim:
+            static_sizes.append(1)
+        elif t.is_dynamic_dim(k):
+            sizes.append(tensor.dim(full, index(k)))
+            static_sizes.append(dyn)
+        else:
+            static_sizes.append(t.get_dim_size(k))
+    return offsets, sizes, static_offsets, static_sizes, [1] * rank
+
+
+def extract_step(full: ir.Value, dim: int, at: ir.Value, slice_type: ir.Type) -> ir.Value:
+    """`full[..., at, ...]` along `dim`, with `dim` dropped (a rank-reducing extract_slice)."""
+    offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
+    return tensor.extract_slice(slice_type, full, offsets, sizes, [], so, ss, st)
+
+
+def insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> ir.Value:
+    """`full` with `part` written at position `at` along `dim`."""
+    offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
+    return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
+
+
+def empty_like_stacked(result_type: ir.Type, length: ir.Value, dim: int, what: str, location) -> ir.Value:
+    """An uninitialized tensor for stacked per-step outputs (only the stacked dim may be dynamic)."""
+    from tidal.diagnostics import TidalUnsupported
+
+    sizes = []
+    for k in range(result_type.rank):
+        if result_type.is_dynamic_dim(k):
+            if k != dim:
+                raise TidalUnsupported(
+                    f"{what} has a dynamic per-step shape ({result_type}); the CPU backend needs "
+                    f"per-step outputs of static shape (the stacked dim may be dynamic)",
+                    location,
+                )
+            sizes.append(length)
+        else:
+            sizes.append(result_type.get_dim_size(k))
+    return tensor.EmptyOp(sizes, result_type.element_type).result
+
+
+def inline_body(block: ir.Block, args: Sequence[ir.Value], anchor: ir.Operation) -> list[ir.Value]:
+    """Move `block`'s ops before `anchor` with its arguments replaced by `args`.
+
+    Returns the values its `tidal.yield` yielded; the yield itself is erased.
+    """
+    for arg, value in zip(block.arguments, args):
+        arg.replace_all_uses_with(value)
+    ops = list(block.operations)
+    terminator = ops[-1]
+    assert terminator.name == YIELD
+    for op in ops[:-1]:
+        op.move_before(anchor)
+    values = list(terminator.operands)
+    terminator.erase()
+    return values
+
+
+def anchor_at_end(block: ir.Block) -> ir.Operation:
+    """A temporary op marking where a body goes; erase it after building the terminator."""
+    with ir.InsertionPoint(block):
+        return ir.Operation.create("tidal.lowering_anchor")
+
+
+def replace_op(op: ir.Operation, values: Sequence[ir.Value]) -> None:
+    for r, v in zip(op.results, values):
+        r.replace_all_uses_with(v)
+    op.erase()

@@ -1,0 +1,82 @@
+"""A compiled tidal program: native code behind a torch-tensor calling convention."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch_mlir import ir
+from torch_mlir.execution_engine import ExecutionEngine
+
+from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, results_type, take_result
+
+
+def signature_of(module: ir.Module, func_name: str) -> tuple[list[TensorSig], list[TensorSig]]:
+    """Argument and result signatures of a linalg-level (builtin tensor) function."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func_name:
+            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+            return [_sig(t) for t in ftype.inputs], [_sig(t) for t in ftype.results]
+    raise KeyError(func_name)
+
+
+def _sig(t: ir.Type) -> TensorSig:
+    if not isinstance(t, ir.RankedTensorType):
+        raise TypeError(f"tidal compiles functions over ranked tensors, got {t}")
+    elt = str(t.element_type)
+    if elt not in MLIR_TO_TORCH:
+        raise TypeError(f"element type {elt} is not supported by the CPU runtime")
+    shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
+    return TensorSig(MLIR_TO_TORCH[elt], shape)
+
+
+class NativeFunction:
+    """Calls `_mlir_ciface_<name>` of a JIT'd LLVM module on torch tensors."""
+
+    def __init__(self, llvm_module: ir.Module, func_name: str, args: list[TensorSig], results: list[TensorSig], opt_level: int = 3):
+        self.engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
+        self.func_name = func_name
+        self.args = args
+        self.results = results
+        self._arg_types = [descriptor_type(s.rank) for s in args]
+        self._result_type = results_type(results)
+
+    def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        if len(tensors) != len(self.args):
+            raise TypeError(f"expected {len(self.args)} tensors, got {len(tensors)}")
+        keep, descs = [], []
+        for i, (t, sig, dtype) in enumerate(zip(tensors, self.args, self._arg_types)):
+            t = self._check_arg(i, t, sig)
+            keep.append(t)
+            d = dtype()
+            fill_descriptor(d, t)
+            descs.append(d)
+        out = self._result_type()
+        self.engine.invoke(
+            self.func_name,
+            ctypes.pointer(ctypes.pointer(out)),
+            *[ctypes.pointer(ctypes.pointer(d)) for d in descs],
+        )
+        spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
+        adopted: set[int] = set()
+
+        def owned_elsewhere(ptr: int) -> bool:
+            if ptr in adopted or any(lo <= ptr < lo + n for lo, n in spans):
+                return True
+            adopted.add(ptr)
+            return False
+
+        if len(self.results) == 1:
+            return [take_result(out, self.results[0], owned_elsewhere)]
+        return [take_result(getattr(out, f"r{i}"), s, owned_elsewhere) for i, s in enumerate(self.results)]
+
+    def _check_arg(self, i: int, t: torch.Tensor, sig: TensorSig) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"argument {i} must be a tensor, got {type(t).__name__}")
+        if t.dtype != sig.dtype:
+            raise TypeError(f"argument {i} has dtype {t.dtype}, compiled for {sig.dtype}")
+        if t.device.type != "cpu":
+            raise TypeError(f"argument {i} is on {t.device}; the CPU backend needs CPU tensors")
+        if t.dim() != sig.rank or any(s is not None and s != d for s, d in zip(sig.shape, t.shape)):
+            raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
+        return t.contiguous()
