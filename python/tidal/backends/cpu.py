@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
+import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
 BUFFERIZE = (
@@ -19,7 +21,8 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
     "tidal-lower-to-scf, canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse, "
-    f"{BUFFERIZE}, func.func(refback-munge-memref-copy), canonicalize, "
+    "tidal-fast-math, "
+    f"{BUFFERIZE}, func.func(refback-munge-memref-copy), canonicalize, tidal-matmul-to-blas, "
     "func.func(convert-linalg-to-loops), func.func(buffer-loop-hoisting), convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "

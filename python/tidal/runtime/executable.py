@@ -34,7 +34,11 @@ class NativeFunction:
     """Calls `_mlir_ciface_<name>` of a JIT'd LLVM module on torch tensors."""
 
     def __init__(self, llvm_module: ir.Module, func_name: str, args: list[TensorSig], results: list[TensorSig], opt_level: int = 3):
+        from tidal.backends.blas import blas_symbols
+
         self.engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
+        for name, address in blas_symbols().items():
+            self.engine.raw_register_runtime(name, ctypes.c_void_p(address))
         self.func_name = func_name
         self.args = args
         self.results = results
