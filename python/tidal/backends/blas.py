@@ -14,13 +14,16 @@ import functools
 import os
 import re
 
-import torch
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, memref
 
 from tidal.passes.registry import tidal_pass
 
-BLAS_LIBRARY = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+def blas_library() -> str:
+    import importlib.util
+
+    torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)
+    return os.path.join(torch_dir, "lib", "libtorch_cpu.so")
 
 
 @functools.lru_cache(maxsize=1)
@@ -31,7 +34,9 @@ def blas_symbols() -> dict[str, int]:
     ExecutionEngine as a shared library: its dlopen promotes libtorch_cpu to global scope, after
     which eager PyTorch ran 80x slower with 2 threads (measured: RNN step loop 15 ms → 1.29 s).
     """
-    lib = ctypes.CDLL(BLAS_LIBRARY)
+    import torch  # noqa: F401  (loads libtorch_cpu first, so ctypes gets the same handle)
+
+    lib = ctypes.CDLL(blas_library())
     return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _GEMM.values()}
 
 _GEMM = {"f32": "sgemm_", "f64": "dgemm_"}

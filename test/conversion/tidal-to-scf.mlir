@@ -1,0 +1,153 @@
+// RUN: tidal-opt %s --split-input-file --pass-pipeline='builtin.module(tidal-lower-to-scf)' | filecheck %s
+// Each tidal op becomes scf: bodies are inlined with their block arguments substituted.
+
+// CHECK-LABEL: func.func @cond
+// CHECK: %[[P:.*]] = tensor.extract %arg0[] : tensor<i1>
+// CHECK: %[[R:.*]] = scf.if %[[P]] -> (tensor<4xf32>) {
+// CHECK:   %[[N:.*]] = arith.negf %arg1 : tensor<4xf32>
+// CHECK:   scf.yield %[[N]] : tensor<4xf32>
+// CHECK: } else {
+// CHECK:   scf.yield %arg1 : tensor<4xf32>
+// CHECK: }
+// CHECK-NOT: tidal.
+// CHECK: return %[[R]]
+func.func @cond(%p: tensor<i1>, %x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = "tidal.cond"(%p, %x) ({
+  ^bb0(%a: tensor<4xf32>):
+    %n = arith.negf %a : tensor<4xf32>
+    "tidal.yield"(%n) : (tensor<4xf32>) -> ()
+  }, {
+  ^bb0(%a: tensor<4xf32>):
+    "tidal.yield"(%a) : (tensor<4xf32>) -> ()
+  }) : (tensor<i1>, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @while
+// CHECK: %[[R:.*]]:2 = scf.while (%[[I:.*]] = %arg0, %[[X:.*]] = %arg1) : (tensor<i64>, tensor<3xf32>) -> (tensor<i64>, tensor<3xf32>) {
+// CHECK:   %[[LT:.*]] = "test.less"(%[[I]], %arg2)
+// CHECK:   %[[B:.*]] = tensor.extract %[[LT]][] : tensor<i1>
+// CHECK:   scf.condition(%[[B]]) %[[I]], %[[X]] : tensor<i64>, tensor<3xf32>
+// CHECK: } do {
+// CHECK: ^bb0(%[[BI:.*]]: tensor<i64>, %[[BX:.*]]: tensor<3xf32>):
+// CHECK:   %[[INC:.*]] = "test.inc"(%[[BI]])
+// CHECK:   scf.yield %[[INC]], %[[BX]] : tensor<i64>, tensor<3xf32>
+// CHECK: }
+func.func @while(%i: tensor<i64>, %x: tensor<3xf32>, %n: tensor<i64>) -> (tensor<i64>, tensor<3xf32>) {
+  %r:2 = "tidal.while"(%i, %x, %n) ({
+  ^bb0(%ci: tensor<i64>, %cx: tensor<3xf32>, %cn: tensor<i64>):
+    %lt = "test.less"(%ci, %cn) : (tensor<i64>, tensor<i64>) -> tensor<i1>
+    "tidal.yield"(%lt) : (tensor<i1>) -> ()
+  }, {
+  ^bb0(%bi: tensor<i64>, %bx: tensor<3xf32>, %bn: tensor<i64>):
+    %inc = "test.inc"(%bi) : (tensor<i64>) -> tensor<i64>
+    "tidal.yield"(%inc, %bx) : (tensor<i64>, tensor<3xf32>) -> ()
+  }) {num_carries = 2 : i64} : (tensor<i64>, tensor<3xf32>, tensor<i64>) -> (tensor<i64>, tensor<3xf32>)
+  return %r#0, %r#1 : tensor<i64>, tensor<3xf32>
+}
+
+// -----
+
+// Reverse scan over dim 1: step i reads and writes position T-1-i along dim 1.
+// CHECK-LABEL: func.func @scan_dim1_reverse
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[T:.*]] = arith.constant 7 : index
+// CHECK-DAG: %[[EMPTY:.*]] = tensor.empty() : tensor<2x7xf32>
+// CHECK: %[[R:.*]]:2 = scf.for %[[IV:.*]] = %[[C0]] to %[[T]] step %[[C1]] iter_args(%[[C:.*]] = %arg0, %[[YS:.*]] = %[[EMPTY]]) -> (tensor<2xf32>, tensor<2x7xf32>) {
+// CHECK:   %[[LAST:.*]] = arith.subi %[[T]], %{{.*}} : index
+// CHECK:   %[[POS:.*]] = arith.subi %[[LAST]], %[[IV]] : index
+// CHECK:   %[[XT:.*]] = tensor.extract_slice %arg1[0, %[[POS]]] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
+// CHECK:   %[[N:.*]] = arith.addf %[[C]], %[[XT]] : tensor<2xf32>
+// CHECK:   %[[INS:.*]] = tensor.insert_slice %[[N]] into %[[YS]][0, %[[POS]]] [2, 1] [1, 1] : tensor<2xf32> into tensor<2x7xf32>
+// CHECK:   scf.yield %[[N]], %[[INS]] : tensor<2xf32>, tensor<2x7xf32>
+func.func @scan_dim1_reverse(%h: tensor<2xf32>, %xs: tensor<2x7xf32>) -> (tensor<2xf32>, tensor<2x7xf32>) {
+  %r:2 = "tidal.scan"(%h, %xs) ({
+  ^bb0(%c: tensor<2xf32>, %x: tensor<2xf32>):
+    %n = arith.addf %c, %x : tensor<2xf32>
+    "tidal.yield"(%n, %n) : (tensor<2xf32>, tensor<2xf32>) -> ()
+  }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 1 : i64, reverse = true} : (tensor<2xf32>, tensor<2x7xf32>) -> (tensor<2xf32>, tensor<2x7xf32>)
+  return %r#0, %r#1 : tensor<2xf32>, tensor<2x7xf32>
+}
+
+// -----
+
+// A dynamic scan length comes from tensor.dim; the stacked output is allocated with it.
+// CHECK-LABEL: func.func @scan_dynamic
+// CHECK: %[[T:.*]] = tensor.dim %arg1, %{{.*}} : tensor<?x3xf32>
+// CHECK: tensor.empty(%[[T]]) : tensor<?x3xf32>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[T]]
+func.func @scan_dynamic(%h: tensor<3xf32>, %xs: tensor<?x3xf32>) -> (tensor<3xf32>, tensor<?x3xf32>) {
+  %r:2 = "tidal.scan"(%h, %xs) ({
+  ^bb0(%c: tensor<3xf32>, %x: tensor<3xf32>):
+    %n = arith.addf %c, %x : tensor<3xf32>
+    "tidal.yield"(%n, %n) : (tensor<3xf32>, tensor<3xf32>) -> ()
+  }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<3xf32>, tensor<?x3xf32>) -> (tensor<3xf32>, tensor<?x3xf32>)
+  return %r#0, %r#1 : tensor<3xf32>, tensor<?x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @map
+// CHECK: %[[R:.*]] = scf.for %[[IV:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[OUT:.*]] = %{{.*}}) -> (tensor<5x2xf32>) {
+// CHECK:   %[[XT:.*]] = tensor.extract_slice %arg0[%[[IV]], 0] [1, 2] [1, 1] : tensor<5x2xf32> to tensor<2xf32>
+// CHECK:   %[[Y:.*]] = arith.mulf %[[XT]], %arg1 : tensor<2xf32>
+// CHECK:   tensor.insert_slice %[[Y]] into %[[OUT]][%[[IV]], 0] [1, 2] [1, 1]
+func.func @map(%xs: tensor<5x2xf32>, %w: tensor<2xf32>) -> tensor<5x2xf32> {
+  %r = "tidal.map"(%xs, %w) ({
+  ^bb0(%x: tensor<2xf32>, %cw: tensor<2xf32>):
+    %y = arith.mulf %x, %cw : tensor<2xf32>
+    "tidal.yield"(%y) : (tensor<2xf32>) -> ()
+  }) {num_xs = 1 : i64} : (tensor<5x2xf32>, tensor<2xf32>) -> tensor<5x2xf32>
+  return %r : tensor<5x2xf32>
+}
+
+// -----
+
+// Sequential running combine: slice 0 seeds the accumulator, steps 1..T-1 combine (acc, x_t).
+// CHECK-LABEL: func.func @associative_scan
+// CHECK: %[[C0:.*]] = arith.constant 0 : index
+// CHECK: %[[X0:.*]] = tensor.extract_slice %arg0[%[[C0]], 0] [1, 4] [1, 1] : tensor<8x4xf32> to tensor<4xf32>
+// CHECK: %[[OUT0:.*]] = tensor.insert_slice %[[X0]] into %{{.*}}[%[[C0]], 0] [1, 4] [1, 1]
+// CHECK: %[[R:.*]]:2 = scf.for %[[IV:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %[[X0]], %[[OUT:.*]] = %[[OUT0]])
+// CHECK:   %[[XT:.*]] = tensor.extract_slice %arg0[%[[IV]], 0] [1, 4] [1, 1]
+// CHECK:   %[[S:.*]] = arith.addf %[[ACC]], %[[XT]] : tensor<4xf32>
+// CHECK:   %[[NEXT:.*]] = tensor.insert_slice %[[S]] into %[[OUT]][%[[IV]], 0]
+// CHECK:   scf.yield %[[S]], %[[NEXT]]
+// CHECK: return %[[R]]#1
+func.func @associative_scan(%xs: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %r = "tidal.associative_scan"(%xs) ({
+  ^bb0(%a: tensor<4xf32>, %b: tensor<4xf32>):
+    %s = arith.addf %a, %b : tensor<4xf32>
+    "tidal.yield"(%s) : (tensor<4xf32>) -> ()
+  }) {num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %r : tensor<8x4xf32>
+}
+
+// -----
+
+// Nested ops lower inside out; the result has no tidal ops left.
+// CHECK-LABEL: func.func @nested
+// CHECK: scf.while
+// CHECK: scf.if
+// CHECK-NOT: "tidal.
+func.func @nested(%x: tensor<3xf32>, %p: tensor<i1>) -> tensor<3xf32> {
+  %r = "tidal.while"(%x, %p) ({
+  ^bb0(%wx: tensor<3xf32>, %wp: tensor<i1>):
+    "tidal.yield"(%wp) : (tensor<i1>) -> ()
+  }, {
+  ^bb0(%wx: tensor<3xf32>, %wp: tensor<i1>):
+    %k = "tidal.cond"(%wp, %wx) ({
+    ^bb0(%a: tensor<3xf32>):
+      "tidal.yield"(%a) : (tensor<3xf32>) -> ()
+    }, {
+    ^bb0(%a: tensor<3xf32>):
+      %n = arith.negf %a : tensor<3xf32>
+      "tidal.yield"(%n) : (tensor<3xf32>) -> ()
+    }) : (tensor<i1>, tensor<3xf32>) -> tensor<3xf32>
+    "tidal.yield"(%k) : (tensor<3xf32>) -> ()
+  }) {num_carries = 1 : i64} : (tensor<3xf32>, tensor<i1>) -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}
