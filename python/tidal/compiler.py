@@ -80,18 +80,30 @@ class CompiledProgram:
 
 
 def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -> CompiledProgram:
-    """Import an ExportedProgram, lower it to LLVM and JIT it."""
+    """Import an ExportedProgram, lower it to LLVM and JIT it (or load it from the cache)."""
     from tidal.importer import import_exported
-    from tidal.runtime import NativeFunction, signature_of
+    from tidal.runtime import NativeFunction, cache, signature_of
 
     prog = import_exported(ep, func_name)
     lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
     with prog.context:
         args, results = signature_of(prog.module, func_name)
-    lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
-    with prog.context:
-        native = NativeFunction(prog.module, func_name, args, results)
+    key = cache.cache_key(str(prog.module), func_name, _pipeline_text("llvm"))
+    native = cache.lookup(key, func_name)
+    if native is None:
+        lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
+        with prog.context:
+            native = NativeFunction.from_llvm_module(prog.module, func_name, args, results)
+        cache.stats.compiles += 1
+        cache.store(key, native, args, results)
+        cache.remember(key, native)
     return CompiledProgram(native, ep.call_spec.out_spec, len(args))
+
+
+def _pipeline_text(stage: str) -> str:
+    from tidal.passes.registry import lookup_pipeline
+
+    return lookup_pipeline(dict(STAGES)[stage]).text
 
 
 def compile_program(model, example_inputs: tuple, dump_dir: str | None = None) -> CompiledProgram:

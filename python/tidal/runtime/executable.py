@@ -31,19 +31,40 @@ def _sig(t: ir.Type) -> TensorSig:
 
 
 class NativeFunction:
-    """Calls `_mlir_ciface_<name>` of a JIT'd LLVM module on torch tensors."""
+    """Calls a compiled `_mlir_ciface_<name>` on torch tensors.
 
-    def __init__(self, llvm_module: ir.Module, func_name: str, args: list[TensorSig], results: list[TensorSig], opt_level: int = 3):
-        from tidal.backends.blas import blas_symbols
+    `entry(result_ptr, *arg_descriptor_ptrs)` is either the JIT engine's packed wrapper or the C
+    function of a cached shared library; `keepalive` holds what owns the code.
+    """
 
-        self.engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
-        for name, address in blas_symbols().items():
-            self.engine.raw_register_runtime(name, ctypes.c_void_p(address))
-        self.func_name = func_name
+    def __init__(self, entry, keepalive, args: list[TensorSig], results: list[TensorSig]):
+        self.entry = entry
+        self.keepalive = keepalive
         self.args = args
         self.results = results
         self._arg_types = [descriptor_type(s.rank) for s in args]
         self._result_type = results_type(results)
+
+    @classmethod
+    def from_llvm_module(cls, llvm_module: ir.Module, func_name: str, args, results, opt_level: int = 3):
+        from tidal.backends.blas import blas_symbols
+
+        engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
+        for name, address in blas_symbols().items():
+            engine.raw_register_runtime(name, ctypes.c_void_p(address))
+
+        def entry(out, *descs):
+            engine.invoke(func_name, ctypes.pointer(out), *[ctypes.pointer(d) for d in descs])
+
+        return cls(entry, engine, args, results)
+
+    @classmethod
+    def from_shared_library(cls, path: str, func_name: str, args, results):
+        lib = ctypes.CDLL(path)
+        fn = getattr(lib, f"_mlir_ciface_{func_name}")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * (1 + len(args))
+        return cls(fn, lib, args, results)
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         if len(tensors) != len(self.args):
@@ -56,11 +77,7 @@ class NativeFunction:
             fill_descriptor(d, t)
             descs.append(d)
         out = self._result_type()
-        self.engine.invoke(
-            self.func_name,
-            ctypes.pointer(ctypes.pointer(out)),
-            *[ctypes.pointer(ctypes.pointer(d)) for d in descs],
-        )
+        self.entry(ctypes.pointer(out), *[ctypes.pointer(d) for d in descs])
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
         adopted: set[int] = set()
 
