@@ -97,6 +97,8 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
         cache.stats.compiles += 1
         cache.store(key, native, args, results)
         cache.remember(key, native)
+    elif dump_dir:  # a cache hit still dumps every stage, for the user inspecting the IR
+        lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
     return CompiledProgram(native, ep.call_spec.out_spec, len(args))
 
 

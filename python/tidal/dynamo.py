@@ -106,9 +106,11 @@ class TidalCompiledGraph:
             full = list(frozen)
             for i, t in zip(positions, tensors):
                 full[i] = t
-            return gm(*full)
+            # Interpreting node by node (with preserve_node_meta below) carries each Dynamo
+            # node's stack trace into the exported graph, so diagnostics name the user's lines.
+            return torch.fx.Interpreter(gm).run(*full)
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore", FutureWarning)
             ep = export_program(tensors_only, tuple(args[i] for i in positions))
         return compile_exported(ep, dump_dir=dump_dir)

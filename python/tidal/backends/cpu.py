@@ -22,7 +22,8 @@ LINALG_TO_LLVM = tidal_pipeline(
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
     "tidal-lower-to-scf, canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse, "
     "tidal-fast-math, "
-    f"{BUFFERIZE}, buffer-deallocation-pipeline, func.func(refback-munge-memref-copy), canonicalize, "
+    f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
+    "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, "
     "func.func(convert-linalg-to-loops), convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-math-to-llvm, "

@@ -43,10 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", help="Python file defining `model` and `example_inputs`")
     p.add_argument("--emit", choices=stage_names(), default="linalg", help="stage to print (default: linalg)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="compile for the CPU, run on example_inputs and compare with eager PyTorch (exit 1 on mismatch)",
+    )
     args = p.parse_args(argv)
 
     try:
-        text = compile_file(args.file, args.emit)
+        text = run_file(args.file) if args.run else compile_file(args.file, args.emit)
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported as a diagnostic
@@ -73,6 +78,53 @@ def compile_file(path: str, emit: str) -> str:
         prog = import_program(model, inputs)
     lower(prog.module, prog.context, emit)
     return str(prog.module)
+
+
+def run_file(path: str) -> str:
+    """Compile FILE.py natively, run it, and report max error against eager and the timings."""
+    import time
+
+    import torch
+    import torch.utils._pytree as pytree
+
+    from tidal.compiler import compile_program
+
+    if not os.path.isfile(path):
+        raise TidalError(f"no such file: {path}")
+    model, inputs = load_program_file(path)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", FutureWarning)
+        start = time.perf_counter()
+        program = compile_program(model, inputs)
+        compile_s = time.perf_counter() - start
+        expected = model(*inputs)
+        got = program(*inputs)
+        eager_s = _median_seconds(lambda: model(*inputs))
+        tidal_s = _median_seconds(lambda: program(*inputs))
+    pairs = list(zip(pytree.tree_leaves(got), pytree.tree_leaves(expected)))
+    errors = [(g.double() - e.double()).abs().max().item() if g.numel() else 0.0 for g, e in pairs]
+    try:
+        torch.testing.assert_close(got, expected)
+        verdict = "matches eager"
+    except AssertionError as e:
+        raise TidalError(f"tidal's result differs from eager PyTorch: {str(e).strip().splitlines()[0]}") from None
+    return (
+        f"{path}: {verdict} (max abs error {max(errors, default=0.0):.3g} over {len(pairs)} outputs)\n"
+        f"compile {compile_s:.2f} s; eager {eager_s * 1e3:.3f} ms, tidal {tidal_s * 1e3:.3f} ms "
+        f"({eager_s / tidal_s:.2f}x eager)\n"
+    )
+
+
+def _median_seconds(fn, repeats: int = 7) -> float:
+    import time
+
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def _diagnostics(exc: BaseException, path: str) -> list[Diagnostic]:

@@ -1,0 +1,128 @@
+"""torch.compile(backend="tidal"): the corpus against eager, fallback, dynamic shapes, IR dumps."""
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch._higher_order_ops import scan
+
+from tidal.dynamo import TidalFallbackWarning
+from tidal.tools.tidal_compile import load_program_file
+
+CORPUS = sorted((Path(__file__).parents[1] / "corpus").glob("*.py"))
+
+
+def run_compiled(model, inputs, **compile_kwargs):
+    """(compiled output, eager output, fallback warnings) under no_grad."""
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always", TidalFallbackWarning)
+        expected = model(*inputs)
+        got = torch.compile(model, backend="tidal", **compile_kwargs)(*inputs)
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, TidalFallbackWarning)]
+    return got, expected, fallbacks
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_corpus_matches_eager(path):
+    model, inputs = load_program_file(str(path))
+    got, expected, fallbacks = run_compiled(model, inputs)
+    assert fallbacks == [], fallbacks  # compiled by tidal, not silently run in eager
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def fft_model(x):
+    return torch.fft.fft(x).real * 2  # FFT_LINE
+
+
+def test_unsupported_op_falls_back_with_one_warning_naming_op_and_line():
+    x = torch.randn(8)
+    got, expected, fallbacks = run_compiled(fft_model, (x,))
+    torch.testing.assert_close(got, expected)
+    assert len(fallbacks) == 1, fallbacks
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# FFT_LINE" in text)
+    assert "torch.aten.fft_fft" in fallbacks[0]
+    assert f"test_backend.py:{line}" in fallbacks[0]
+
+
+def test_fallback_warns_once_per_graph():
+    compiled = torch.compile(fft_model, backend="tidal")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always", TidalFallbackWarning)
+        for _ in range(3):
+            x = torch.randn(8)
+            torch.testing.assert_close(compiled(x), fft_model(x))
+    assert sum(issubclass(w.category, TidalFallbackWarning) for w in caught) == 1
+
+
+class TinyRNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+
+    def forward(self, h, xs):
+        return scan(lambda c, x: (torch.tanh(c @ self.w + x), c.clone()), h, xs)
+
+
+def test_training_call_falls_back_to_eager_autograd():
+    model = TinyRNN()
+    h, xs = torch.zeros(2, 4), torch.randn(5, 2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TidalFallbackWarning)
+        out = torch.compile(model, backend="tidal")(h, xs)
+        out[0].sum().backward()
+    messages = [str(w.message) for w in caught if issubclass(w.category, TidalFallbackWarning)]
+    assert len(messages) == 1 and "autodiff" in messages[0]
+    assert model.w.grad is not None  # eager autograd still works
+
+
+def test_new_shapes_are_compiled_again_and_match():
+    model = TinyRNN()
+    compiled = torch.compile(model, backend="tidal")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TidalFallbackWarning)
+        for steps in (3, 7, 11):
+            h, xs = torch.randn(2, 4), torch.randn(steps, 2, 4)
+            torch.testing.assert_close(compiled(h, xs), model(h, xs))
+
+
+def test_weights_are_inputs_not_frozen():
+    model = TinyRNN()
+    compiled = torch.compile(model, backend="tidal")
+    h, xs = torch.randn(2, 4), torch.randn(5, 2, 4)
+    with torch.no_grad():
+        compiled(h, xs)
+        model.w.mul_(-2.0)  # a weight update must be seen by the compiled code
+        torch.testing.assert_close(compiled(h, xs), model(h, xs))
+
+
+def test_dump_dir_writes_ir_after_every_stage(tmp_path):
+    model = TinyRNN()
+    h, xs = torch.randn(2, 4), torch.randn(5, 2, 4)
+    got, expected, fallbacks = run_compiled(model, (h, xs), options={"dump_dir": str(tmp_path)})
+    assert fallbacks == []
+    (graph_dir,) = list(tmp_path.iterdir())
+    names = sorted(p.name for p in graph_dir.iterdir())
+    assert names == ["00-torch.mlir", "01-tidal.mlir", "02-linalg.mlir", "03-llvm.mlir", "fx_graph.py"]
+    assert '"tidal.scan"' in (graph_dir / "00-torch.mlir").read_text()
+    assert "linalg.matmul" in (graph_dir / "02-linalg.mlir").read_text()
+    assert "llvm.func @main" in (graph_dir / "03-llvm.mlir").read_text()
+
+
+def test_backend_is_found_without_importing_tidal():
+    code = (
+        "import torch\n"
+        "from torch._higher_order_ops import while_loop\n"
+        "f = lambda i, x: while_loop(lambda i, x: i < 4, lambda i, x: (i + 1, x * 2), (i, x))\n"
+        "args = (torch.tensor(0), torch.ones(3))\n"
+        "with torch.no_grad():\n"
+        "    out = torch.compile(f, backend='tidal')(*args)\n"
+        "import sys\n"
+        "assert 'tidal.dynamo' in sys.modules\n"
+        "torch.testing.assert_close(out, f(*args)); print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")

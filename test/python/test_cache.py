@@ -1,0 +1,55 @@
+"""The compiled-artifact cache: a second process loads native code instead of compiling."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CORPUS = Path(__file__).parents[1] / "corpus"
+
+SCRIPT = """
+import json, warnings, torch
+warnings.filterwarnings("ignore")
+from tidal.tools.tidal_compile import load_program_file
+from tidal.compiler import compile_program
+from tidal.runtime import cache
+model, inputs = load_program_file({path!r})
+with torch.no_grad():
+    out = compile_program(model, inputs)(*inputs)
+    torch.testing.assert_close(out, model(*inputs))
+print(json.dumps(cache.stats.__dict__))
+"""
+
+
+def run(path, cache_dir):
+    env = dict(os.environ, TIDAL_CACHE_DIR=str(cache_dir))
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(path=str(path))], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_instead_of_compiling(tmp_path):
+    program = CORPUS / "gru_scan.py"
+    first = run(program, tmp_path)
+    assert first["compiles"] == 1 and first["disk_writes"] == 1 and first["disk_hits"] == 0
+    assert len(list(tmp_path.glob("*.so"))) == 1
+    second = run(program, tmp_path)
+    assert second["compiles"] == 0 and second["disk_hits"] == 1
+
+
+def test_different_programs_get_different_entries(tmp_path):
+    run(CORPUS / "gru_scan.py", tmp_path)
+    run(CORPUS / "while_counter.py", tmp_path)
+    assert len(list(tmp_path.glob("*.so"))) == 2
+
+
+def test_corrupt_entry_is_recompiled(tmp_path):
+    program = CORPUS / "while_counter.py"
+    run(program, tmp_path)
+    (entry,) = tmp_path.glob("*.so")
+    entry.write_bytes(b"not a shared library")
+    again = run(program, tmp_path)
+    assert again["compiles"] == 1 and again["disk_hits"] == 0

@@ -1,0 +1,68 @@
+"""The native calling convention: dtypes, ranks, strides, aliasing, bad arguments."""
+
+import pytest
+import torch
+from torch._higher_order_ops import map as hop_map
+from torch._higher_order_ops import while_loop
+
+from tidal.compiler import compile_program
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32])
+def test_dtypes(dtype):
+    def f(i, x):
+        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * 2 + 1), (i, x))
+
+    args = (torch.tensor(0), torch.arange(6).reshape(2, 3).to(dtype))
+    torch.testing.assert_close(compile_program(f, args)(*args), f(*args))
+
+
+def test_bool_and_zero_dim_results():
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda a: (a > 0, a.sum()), lambda a: (a < 0, a.mean()), (x,))
+
+    for x in (torch.randn(5), -torch.rand(5)):
+        torch.testing.assert_close(compile_program(f, (x,))(x), f(x))
+
+
+def test_non_contiguous_inputs_are_made_contiguous():
+    def f(xs, w):
+        return hop_map(lambda x, w: x * w, xs, w)
+
+    xs = torch.randn(6, 4).t()  # strides (1, 4): not contiguous
+    w = torch.randn(6)
+    program = compile_program(f, (xs.contiguous(), w))
+    torch.testing.assert_close(program(xs, w), f(xs, w))
+
+
+def test_result_never_aliases_an_input():
+    def f(p, x):
+        return torch.cond(p, lambda a: a.clone(), lambda a: a * 1.0, (x,))
+
+    x = torch.randn(4)
+    out = compile_program(f, (torch.tensor(True), x))(torch.tensor(True), x)
+    out.add_(1.0)
+    assert not torch.equal(out, x)  # writing the result must not write the input
+
+
+def test_results_are_independent_tensors():
+    def f(x):
+        return hop_map(lambda t: (t * 2, t * 3), x)
+
+    x = torch.randn(3, 2)
+    a, b = compile_program(f, (x,))(x)
+    a.zero_()
+    torch.testing.assert_close(b, x * 3)
+
+
+def test_wrong_arguments_are_rejected_clearly():
+    def f(x):
+        return hop_map(lambda t: t * 2, x)
+
+    program = compile_program(f, (torch.randn(3, 2),))
+    with pytest.raises(TypeError, match="dtype torch.float64, compiled for torch.float32"):
+        program(torch.randn(3, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"shape \(4, 2\), compiled for \(3, 2\)"):
+        program(torch.randn(4, 2))
+    with pytest.raises(TypeError, match="expected 1 tensors, got 2"):
+        program(torch.randn(3, 2), torch.randn(3, 2))
