@@ -105,6 +105,16 @@ def _parse_options(elem: Element, allowed: tuple[str, ...]) -> dict[str, str]:
     return opts
 
 
+def _contains_any(e: Element, names: tuple[str, ...]) -> str | None:
+    if e.name in names:
+        return e.name
+    for n in e.nested or ():
+        hit = _contains_any(n, names)
+        if hit:
+            return hit
+    return None
+
+
 def _contains_tidal(elements: list[Element]) -> Element | None:
     for e in elements:
         if lookup_pass(e.name) or lookup_pipeline(e.name):
@@ -150,8 +160,32 @@ def _verify_after(element_name: str, failure: TidalPassFailure, print_ir: bool):
     return run
 
 
+# MLIR passes that crash (SIGSEGV) on modules holding tidal ops: MLIR treats an unregistered op
+# with ONE region (tidal.scan/map/associative_scan) as a potential symbol table, and these passes'
+# call-graph walks dereference a null symbol reference. They are refused while tidal ops remain.
+UNSAFE_WITH_TIDAL_OPS = ("inline", "remove-dead-values")
+LOWERS_TIDAL_OPS = "tidal-lower-to-scf"
+
+
+def _has_tidal_ops(module_op) -> bool:
+    found = []
+
+    def visit(op):
+        if op.name.startswith("tidal."):
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return bool(found)
+
+
 def build_pass_manager(
-    pipeline_text: str, ctx: ir.Context, verify_each: bool = True, print_after_all: bool = False
+    pipeline_text: str,
+    ctx: ir.Context,
+    verify_each: bool = True,
+    print_after_all: bool = False,
+    module_op=None,
 ) -> tuple[passmanager.PassManager, TidalPassFailure]:
     """A module-anchored PassManager for `pipeline_text`; raises PipelineError on bad text.
 
@@ -160,10 +194,22 @@ def build_pass_manager(
     """
     failure = TidalPassFailure()
     pm = passmanager.PassManager("builtin.module", context=ctx)
+    tidal_ops_remain = module_op is not None and _has_tidal_ops(module_op)
 
     def add(elements: list[Element], col_base: int = 0, via: str | None = None):
+        nonlocal tidal_ops_remain
         for e in elements:
             col = e.col if via is None else col_base
+            unsafe = _contains_any(e, UNSAFE_WITH_TIDAL_OPS)
+            if unsafe and tidal_ops_remain:
+                raise _error(
+                    f"pass '{unsafe}' cannot run while tidal ops remain: MLIR treats one-region "
+                    f"unregistered ops as symbol tables and this pass crashes on them; lower them "
+                    f"first ({LOWERS_TIDAL_OPS})",
+                    col,
+                )
+            if e.name == LOWERS_TIDAL_OPS:
+                tidal_ops_remain = False
             pipe = lookup_pipeline(e.name)
             tpass = lookup_pass(e.name)
             if pipe is not None:
@@ -204,7 +250,7 @@ def run_pipeline(
     module_op, pipeline_text: str, ctx: ir.Context, verify_each: bool = True, print_after_all: bool = False
 ):
     """Run `pipeline_text` on `module_op`; raises TidalError / ir.MLIRError on failure."""
-    pm, failure = build_pass_manager(pipeline_text, ctx, verify_each, print_after_all)
+    pm, failure = build_pass_manager(pipeline_text, ctx, verify_each, print_after_all, module_op)
     try:
         pm.run(module_op)
     except ir.MLIRError:
