@@ -62,6 +62,10 @@ def keep_associative_scan():
     original = mod.generic_associative_scan
 
     def generic_or_hop(combine_fn, leaves, dim=0, additional_inputs=()):
+        if torch.compiler.is_dynamo_compiling():
+            # Dynamo is tracing an enclosing HOP's body (associative_scan nested in cond/scan/...):
+            # it cannot trace the unwrapping below, so keep torch's algorithm there.
+            return original(combine_fn, leaves, dim=dim, additional_inputs=additional_inputs)
         per_slice = _unvmapped(combine_fn)
         if per_slice is None or getattr(_state, "in_hop", False):
             # Not the user-level generic call, or the HOP's own dense/fake implementation
