@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from tidal.diagnostics import TidalVerifyError, source_loc
+from tidal.diagnostics import TidalVerifyError
 from tidal.dialects.registry import YIELD, region_op_names, rules_for
 
 

@@ -8,7 +8,7 @@ import torch
 from torch_mlir import ir
 
 from tidal.context import make_context
-from tidal.diagnostics import TidalError, TidalUnsupported
+from tidal.diagnostics import TidalUnsupported
 from tidal.dialects import check_module
 from tidal.importer.capture import export_program, keep_associative_scan
 from tidal.importer.fx_importer import TidalFxImporter, user_frame
@@ -36,8 +36,6 @@ def import_exported(ep: torch.export.ExportedProgram, func_name: str = "main", c
     try:
         with ctx:
             importer.import_frozen_program(ep, func_name=func_name)
-    except TidalError:
-        raise
     except NotImplementedError as e:
         raise TidalUnsupported(_describe_unimportable(ep, e)) from None
     module = importer.module

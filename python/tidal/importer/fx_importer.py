@@ -9,7 +9,6 @@ exactly like PyTorch's HOP subgraphs.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
 
@@ -23,6 +22,7 @@ from tidal.dialects.associative_scan import build_associative_scan
 from tidal.dialects.cond import build_cond
 from tidal.dialects.map import build_map
 from tidal.dialects.scan import build_scan
+from tidal.dialects.types import tensor_spec
 from tidal.dialects.while_loop import build_while
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -177,8 +177,6 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
         xs_values = self._tensor_operands(loc, node, xs, "xs")
         const_values = self._tensor_operands(loc, node, consts, "additional_inputs")
         result_types = self._result_types(node)
-        from tidal.dialects.types import tensor_spec
-
         y_types = [tensor_spec(t).without_dim(0).to_type(self._c) for t in result_types[len(init) :]]
         op = build_scan(init_values, xs_values, const_values, y_types, dim=0, reverse=False, loc=loc)
         self._check_types(node, op, result_types)
@@ -201,8 +199,6 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
         xs_values = self._tensor_operands(loc, node, xs, "xs")
         const_values = self._tensor_operands(loc, node, consts, "args")
         result_types = self._result_types(node)
-        from tidal.dialects.types import tensor_spec
-
         y_types = [tensor_spec(t).without_dim(0).to_type(self._c) for t in result_types]
         op = build_map(xs_values, const_values, y_types, loc=loc)
         self._check_types(node, op, result_types)
@@ -241,5 +237,3 @@ class TidalFxImporter(tm.FxImporter):
         # Subgraphs are imported into tidal regions by the HOP handlers, not as functions.
         return
 
-
-_ = operator  # getitem on HOP results is handled by torch-mlir through _multi_result_nodes
