@@ -108,8 +108,13 @@ def _pipeline_text(stage: str) -> str:
     return lookup_pipeline(dict(STAGES)[stage]).text
 
 
-def compile_program(model, example_inputs: tuple, dump_dir: str | None = None) -> CompiledProgram:
-    """Export `model` on `example_inputs` (control-flow HOPs kept) and compile it for the CPU."""
+def compile_program(
+    model, example_inputs: tuple, dump_dir: str | None = None, dynamic_shapes=None
+) -> CompiledProgram:
+    """Export `model` on `example_inputs` (control-flow HOPs kept) and compile it for the CPU.
+
+    `dynamic_shapes` (torch.export's spec) makes dims symbolic: one program serves all sizes.
+    """
     from tidal.importer import export_program
 
-    return compile_exported(export_program(model, example_inputs), dump_dir=dump_dir)
+    return compile_exported(export_program(model, example_inputs, dynamic_shapes=dynamic_shapes), dump_dir=dump_dir)

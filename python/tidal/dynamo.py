@@ -37,8 +37,39 @@ def _signature(args) -> tuple:
     )
 
 
+def symbolic_inputs(gm: torch.fx.GraphModule):
+    """Where Dynamo made sizes symbolic: ({tensor input: [dims]}, {int input: (tensor input, dim)}).
+
+    None when there is nothing symbolic, or when an int input is not simply a size of some tensor
+    input (then it cannot be recomputed from the tensors, and tidal specializes instead).
+    """
+    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    dims: dict[int, list[int]] = {}
+    size_of: dict[str, tuple[int, int]] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            for d, size in enumerate(v.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    dims.setdefault(i, []).append(d)
+                    size_of.setdefault(str(size), (i, d))
+    ints: dict[int, tuple[int, int]] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.SymInt):
+            if str(v) not in size_of:
+                return None
+            ints[i] = size_of[str(v)]
+        elif v is not None and not isinstance(v, torch.Tensor):
+            return None
+    return (dims, ints) if dims else None
+
+
 class TidalCompiledGraph:
-    """What the backend returns to Dynamo: compiles lazily per input signature."""
+    """What the backend returns to Dynamo: compiles lazily per input signature.
+
+    When Dynamo has made some sizes symbolic (it does so after seeing a second shape), tidal first
+    tries ONE program with those dims dynamic (`?` in the IR); if that cannot be compiled, it
+    specializes per input signature and caches each program.
+    """
 
     def __init__(self, gm: torch.fx.GraphModule, options: dict):
         self.gm = gm
@@ -47,6 +78,8 @@ class TidalCompiledGraph:
         self.programs: OrderedDict = OrderedDict()
         self.fallback_reason: str | None = None
         self.compilations = 0
+        self.symbolic = symbolic_inputs(gm)
+        self.dynamic_program = None  # compiled once for all sizes of the symbolic dims
 
     def __call__(self, *args):
         if self.fallback_reason is not None:
@@ -54,6 +87,16 @@ class TidalCompiledGraph:
         reason = self._unsupported_call(args)
         if reason is not None:
             return self._fall_back(reason, args)
+        if self.symbolic is not None and all(
+            args[i].shape[d] >= 2 for i, ds in self.symbolic[0].items() for d in ds
+        ):
+            if self.dynamic_program is None:
+                try:
+                    self.dynamic_program = self._compile(args, dynamic=True)
+                except Exception:  # noqa: BLE001 - not compilable for symbolic sizes: specialize
+                    self.symbolic = None
+            if self.dynamic_program is not None:
+                return self.dynamic_program(*args)
         key = _signature(args)
         program = self.programs.get(key)
         if program is None:
@@ -86,7 +129,9 @@ class TidalCompiledGraph:
                 return f"complex dtype {t.dtype}"
         return None
 
-    def _compile(self, args):
+    def _compile(self, args, dynamic: bool = False):
+        from torch.export import Dim
+
         from tidal.compiler import compile_exported
         from tidal.importer import export_program
 
@@ -97,22 +142,29 @@ class TidalCompiledGraph:
             with open(os.path.join(dump_dir, "fx_graph.py"), "w") as f:
                 f.write(self.gm.code)
         self.compilations += 1
-        # Non-tensor inputs (sizes Dynamo made symbolic, Python scalars) are baked in: the
-        # signature key includes their values, so each value gets its own specialization.
+        # Specialized: non-tensor inputs (symbolic sizes, Python scalars) are baked in, and the
+        # signature key includes their values. Dynamic: each symbolic size is recomputed from the
+        # tensor dim it names, so it stays symbolic through export.
         positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         gm, frozen = self.gm, list(args)
+        dims, ints = self.symbolic if dynamic else ({}, {})
 
         def tensors_only(*tensors):
             full = list(frozen)
             for i, t in zip(positions, tensors):
                 full[i] = t
+            for i, (t, d) in ints.items():
+                full[i] = full[t].shape[d]
             # Interpreting node by node (with preserve_node_meta below) carries each Dynamo
             # node's stack trace into the exported graph, so diagnostics name the user's lines.
             return torch.fx.Interpreter(gm).run(*full)
 
+        dynamic_shapes = None
+        if dynamic:
+            dynamic_shapes = (tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in positions),)
         with warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore", FutureWarning)
-            ep = export_program(tensors_only, tuple(args[i] for i in positions))
+            ep = export_program(tensors_only, tuple(args[i] for i in positions), dynamic_shapes=dynamic_shapes)
         return compile_exported(ep, dump_dir=dump_dir)
 
     def _fall_back(self, reason: str, args):

@@ -126,3 +126,25 @@ def test_backend_is_found_without_importing_tidal():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+def test_symbolic_sequence_length_compiles_once():
+    """After Dynamo makes the length symbolic, one tidal program (dynamic `?` dim) serves all."""
+    import tidal.dynamo as tidal_dynamo
+
+    graphs = []
+
+    def recording_backend(gm, example_inputs, **kwargs):
+        graphs.append(tidal_dynamo.tidal_backend(gm, example_inputs, **kwargs))
+        return graphs[-1]
+
+    model = TinyRNN()
+    compiled = torch.compile(model, backend=recording_backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TidalFallbackWarning)
+        for steps in (4, 6, 9, 17, 33):
+            h, xs = torch.randn(2, 4), torch.randn(steps, 2, 4)
+            torch.testing.assert_close(compiled(h, xs), model(h, xs))
+    dynamic = [g for g in graphs if g.dynamic_program is not None]
+    assert len(dynamic) == 1
+    assert dynamic[0].compilations == 1 and len(dynamic[0].programs) == 0

@@ -66,3 +66,18 @@ def test_wrong_arguments_are_rejected_clearly():
         program(torch.randn(4, 2))
     with pytest.raises(TypeError, match="expected 1 tensors, got 2"):
         program(torch.randn(3, 2), torch.randn(3, 2))
+
+
+def test_dynamic_scan_length_one_program():
+    from torch.export import Dim
+    from torch._higher_order_ops import scan
+
+    def f(h, xs, w):
+        return scan(lambda c, x: (torch.tanh(c @ w + x), c.clone()), h, xs)
+
+    args = (torch.randn(3), torch.randn(5, 3), torch.randn(3, 3))
+    program = compile_program(f, args, dynamic_shapes=(None, {0: Dim("T", min=2)}, None))
+    assert program.native.args[1].shape == (None, 3)
+    for steps in (2, 7, 40):
+        xs = torch.randn(steps, 3)
+        torch.testing.assert_close(program(args[0], xs, args[2]), f(args[0], xs, args[2]))
