@@ -161,7 +161,7 @@ class TidalCompiledGraph:
 
         dynamic_shapes = None
         if dynamic:
-            dynamic_shapes = (tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in positions),)
+            dynamic_shapes = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in positions)
         with warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore", FutureWarning)
             ep = export_program(tensors_only, tuple(args[i] for i in positions), dynamic_shapes=dynamic_shapes)

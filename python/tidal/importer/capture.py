@@ -135,6 +135,8 @@ def export_program(model, example_inputs: tuple, example_kwargs: dict | None = N
     """
     if not isinstance(model, torch.nn.Module):
         model = _CallableModule(model)
+        if isinstance(dynamic_shapes, (tuple, list)):
+            dynamic_shapes = (tuple(dynamic_shapes),)  # the wrapper's forward takes *args
     with keep_associative_scan(), record_full_user_stacks():
         ep = torch.export.export(
             model, tuple(example_inputs), example_kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False
