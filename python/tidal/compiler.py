@@ -75,7 +75,13 @@ class CompiledProgram:
         import torch.utils._pytree as pytree
 
         flat = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-        outs = self.native(*flat)
+        return self.call_flat(flat)
+
+    def call_flat(self, tensors):
+        """The fast path for callers that already hold the flat tensor inputs (the Dynamo backend)."""
+        import torch.utils._pytree as pytree
+
+        outs = self.native(*tensors)
         return pytree.tree_unflatten(outs, self.out_spec) if self.out_spec is not None else outs
 
 

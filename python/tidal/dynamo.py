@@ -96,7 +96,7 @@ class TidalCompiledGraph:
                 except Exception:  # noqa: BLE001 - not compilable for symbolic sizes: specialize
                     self.symbolic = None
             if self.dynamic_program is not None:
-                return self.dynamic_program(*args)
+                return self.dynamic_program.call_flat([a for a in args if isinstance(a, torch.Tensor)])
         key = _signature(args)
         program = self.programs.get(key)
         if program is None:
@@ -109,7 +109,7 @@ class TidalCompiledGraph:
                 self.programs.popitem(last=False)
         else:
             self.programs.move_to_end(key)
-        return program(*args)
+        return program.call_flat([a for a in args if isinstance(a, torch.Tensor)])
 
     def _unsupported_call(self, args) -> str | None:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]

@@ -52,9 +52,12 @@ class NativeFunction:
         engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
         for name, address in blas_symbols().items():
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
+        packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
+        slots = ctypes.c_void_p * (1 + len(args))
 
         def entry(out, *descs):
-            engine.invoke(func_name, ctypes.pointer(out), *[ctypes.pointer(d) for d in descs])
+            pointers = [ctypes.pointer(out), *[ctypes.pointer(d) for d in descs]]
+            packed(slots(*[ctypes.addressof(p) for p in pointers]))
 
         return cls(entry, engine, args, results)
 
@@ -64,7 +67,11 @@ class NativeFunction:
         fn = getattr(lib, f"_mlir_ciface_{func_name}")
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * (1 + len(args))
-        return cls(fn, lib, args, results)
+
+        def entry(out, *descs):
+            fn(ctypes.addressof(out), *[ctypes.addressof(d) for d in descs])
+
+        return cls(entry, lib, args, results)
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         if len(tensors) != len(self.args):
@@ -77,7 +84,7 @@ class NativeFunction:
             fill_descriptor(d, t)
             descs.append(d)
         out = self._result_type()
-        self.entry(ctypes.pointer(out), *[ctypes.pointer(d) for d in descs])
+        self.entry(out, *descs)
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
         adopted: set[int] = set()
 

@@ -57,6 +57,10 @@ class TensorSig:
     def rank(self) -> int:
         return len(self.shape)
 
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
 
 def descriptor_type(rank: int):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
@@ -83,36 +87,41 @@ def fill_descriptor(desc, t: torch.Tensor) -> None:
         desc.strides[:] = list(t.stride())
 
 
-def _numpy_view(addr: int, shape: tuple, dtype: torch.dtype):
-    np_dtype = np.dtype(_NP_VIEW[dtype])
-    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if numel == 0:
-        return np.empty(shape, dtype=np_dtype)
-    buf = (ctypes.c_char * (numel * np_dtype.itemsize)).from_address(addr)
-    return np.frombuffer(buf, dtype=np_dtype, count=numel).reshape(shape)
-
-
-def _as_torch(arr: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.from_numpy(arr)
-    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+_SMALL_RESULT_BYTES = 1 << 16
 
 
 def take_result(desc, sig: TensorSig, owned_elsewhere) -> torch.Tensor:
-    """A torch tensor for a result descriptor; adopts fresh allocations, copies the rest."""
+    """A torch tensor for a result descriptor; adopts large fresh allocations, copies the rest.
+
+    Small results are copied into a fresh torch tensor and their buffer freed at once (two C
+    calls); large fresh ones are adopted zero-copy and freed when the tensor dies.
+    """
     rank = sig.rank
     shape = tuple(desc.shape[:rank]) if rank else ()
-    itemsize = torch.empty((), dtype=sig.dtype).element_size()
-    addr = (desc.aligned or 0) + desc.offset * itemsize
-    if rank:
+    numel = 1
+    for size in shape:
+        numel *= size
+    itemsize = sig.itemsize
+    if rank and numel > 1:
         expected, acc = [], 1
         for size in reversed(shape):
             expected.append(acc)
             acc *= size
-        if list(desc.strides[:rank]) != list(reversed(expected)) and acc > 1:
+        if list(desc.strides[:rank]) != list(reversed(expected)):
             raise RuntimeError(f"compiled function returned a non-contiguous result {shape}")
-    arr = _numpy_view(addr, shape, sig.dtype)
+    nbytes = numel * itemsize
+    addr = (desc.aligned or 0) + desc.offset * itemsize
     allocated = desc.allocated or 0
-    if allocated == 0 or allocated == _GLOBAL_SENTINEL or owned_elsewhere(allocated):
-        return _as_torch(arr.copy(), sig.dtype)
+    fresh = not (allocated == 0 or allocated == _GLOBAL_SENTINEL or owned_elsewhere(allocated))
+    if nbytes <= _SMALL_RESULT_BYTES or not fresh:
+        out = torch.empty(shape, dtype=sig.dtype)
+        if nbytes:
+            ctypes.memmove(out.data_ptr(), addr, nbytes)
+        if fresh:
+            _libc.free(allocated)
+        return out
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    arr = np.frombuffer(buf, dtype=_NP_VIEW[sig.dtype], count=numel).reshape(shape)
     weakref.finalize(arr, _libc.free, allocated)
-    return _as_torch(arr, sig.dtype)
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if sig.dtype == torch.bfloat16 else t
