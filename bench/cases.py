@@ -1,0 +1,505 @@
+"""The benchmark cases of bench/run.py.
+
+Each case says which units to run (`units`: one fresh process each, see harness.run_unit), how to
+run one unit in the child (`run_unit`: yields (row, column, record)), which columns and metrics the
+table shows, and how to summarise its rows. torch is imported only on the child side.
+"""
+
+from __future__ import annotations
+
+BACKENDS = ("eager", "inductor", "tidal")
+
+
+def _u(case, column, backend, rows, variant=None, params=None, env=None):
+    """A unit: one process running `backend` for the given rows (cells: (row, column))."""
+    return {
+        "case": case, "column": column, "backend": backend, "variant": variant,
+        "params": params or {}, "cells": [[r, column] for r in rows], "env": env or {},
+    }
+
+
+def _std_columns():
+    return [{"key": b, "backend": b, "title": b} for b in BACKENDS]
+
+
+class Case:
+    name = ""
+    title = ""
+    description = ""
+    # metrics shown per column: (record key, header, scale, format)
+    metrics = [("time_s", "ms", 1e3, "{:.3f}")]
+    show_compile = True
+    ratios = True  # tidal speedup vs eager and vs inductor from time_s
+
+    def columns(self):
+        return _std_columns()
+
+    def units(self, quick: bool, device: str):
+        raise NotImplementedError
+
+    def row_params(self, quick: bool) -> dict:
+        return {}
+
+    def run_unit(self, ctx, unit):
+        raise NotImplementedError
+
+    def summarize(self, rows: list[dict]) -> dict:
+        return {}
+
+
+# ----------------------------------------------------------------------------------------------
+# programs (child side: these import torch)
+
+
+def rnn_params(h, device, requires_grad=False):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(h, h, generator=g) * h**-0.5).to(device)
+    u = (torch.randn(h, h, generator=g) * h**-0.5).to(device)
+    b = (torch.randn(h, generator=g) * 0.1).to(device)
+    return [torch.nn.Parameter(t, requires_grad=requires_grad) for t in (w, u, b)]
+
+
+def make_rnn(kind: str, h: int, device: str, requires_grad=False):
+    """h_t = tanh(x_t W + h_{t-1} U + b) over xs [T, B, H]; returns (h_T, all h_t)."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    class RNNScan(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W, self.U, self.b = rnn_params(h, device, requires_grad)
+
+        def forward(self, h0, xs):
+            def step(hh, x):
+                hh = torch.tanh(x @ self.W + hh @ self.U + self.b)
+                return hh, hh.clone()
+
+            return scan(step, h0, xs)
+
+    class RNNLoop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W, self.U, self.b = rnn_params(h, device, requires_grad)
+
+        def forward(self, h0, xs):
+            hh, ys = h0, []
+            for t in range(xs.shape[0]):
+                hh = torch.tanh(xs[t] @ self.W + hh @ self.U + self.b)
+                ys.append(hh)
+            return hh, torch.stack(ys)
+
+    return (RNNScan if kind == "scan" else RNNLoop)()
+
+
+def rnn_inputs(t, b, h, device):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    return (torch.zeros(b, h).to(device), torch.randn(t, b, h, generator=g).to(device))
+
+
+def while_program(i0, x, n):
+    from torch._higher_order_ops import while_loop
+
+    def cond_fn(i, y):
+        return i < n
+
+    def body_fn(i, y):
+        return i + 1, y * 0.5 + 1
+
+    return while_loop(cond_fn, body_fn, (i0, x))
+
+
+def linear_recurrence(combine_mode):
+    from torch._higher_order_ops import associative_scan
+
+    def program(a, b):
+        def combine(left, right):
+            a1, b1 = left
+            a2, b2 = right
+            return a1 * a2, a2 * b1 + b2
+
+        return associative_scan(combine, (a, b), dim=0, combine_mode=combine_mode)[1]
+
+    return program
+
+
+def cond_clamp(x):
+    import torch
+
+    def scrub(t):
+        return torch.nan_to_num(t, 0.0, 1e4, -1e4)
+
+    def identity(t):
+        return t.clone()
+
+    return torch.cond(x.isnan().any() | x.isinf().any(), scrub, identity, (x,))
+
+
+def make_chunked_ce(variant: str, d: int, vocab: int, chunk: int, device: str):
+    """Mean cross-entropy of hidden @ W against integer targets: full logits ("naive"), chunk by
+    chunk in a Python loop ("loop"), or chunk by chunk with scan ("scan", paper appendix F.3)."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    g = torch.Generator().manual_seed(2)
+    weight = (torch.randn(d, vocab, generator=g) * d**-0.5).to(device)
+
+    def chunk_nll_sum(h, t):
+        logits = h @ weight
+        lse = torch.logsumexp(logits, dim=-1)
+        picked = logits.gather(1, t.unsqueeze(1)).squeeze(1)
+        return (lse - picked).sum()
+
+    def naive(hidden, targets):
+        return chunk_nll_sum(hidden, targets) / hidden.shape[0]
+
+    def loop(hidden, targets):
+        n = hidden.shape[0]
+        total = hidden.new_zeros(())
+        for s in range(0, n, chunk):
+            total = total + chunk_nll_sum(hidden[s:s + chunk], targets[s:s + chunk])
+        return total / n
+
+    def scanned(hidden, targets):
+        n = hidden.shape[0]
+        hs = hidden.reshape(n // chunk, chunk, hidden.shape[1])
+        ts = targets.reshape(n // chunk, chunk)
+
+        def step(acc, xs):
+            h, t = xs
+            s = chunk_nll_sum(h, t)
+            return acc + s, s.clone()
+
+        total, _ = scan(step, hidden.new_zeros(()), (hs, ts))
+        return total / n
+
+    return {"naive": naive, "loop": loop, "scan": scanned}[variant]
+
+
+# ----------------------------------------------------------------------------------------------
+# cases
+
+
+class CompileTime(Case):
+    name = "compile_time"
+    title = "Compile time vs trip count, RNN cell h = tanh(x_t W + h U + b)"
+    description = (
+        "Cold compile time (first call minus steady-state call, fresh caches, after compiling an "
+        "unrelated tiny graph once per process) for T steps: (a) Python for-loop under Inductor "
+        "(Dynamo unrolls it), (b) scan under Inductor, (c) scan under tidal. Ratio column: t(T)/t(T_min)."
+    )
+    metrics = [("compile_s", "compile s", 1.0, "{:.2f}"), ("compile_ratio", "t/t0", 1.0, "{:.2f}")]
+    show_compile = False
+    ratios = False
+    COLS = [("inductor:loop", "inductor", "loop", "inductor for-loop"),
+            ("inductor:scan", "inductor", "scan", "inductor scan"),
+            ("tidal:scan", "tidal", "scan", "tidal scan")]
+
+    def sizes(self, quick):
+        return dict(B=4, H=16, Ts=[4, 16]) if quick else dict(B=32, H=128, Ts=[8, 32, 128, 512])
+
+    def columns(self):
+        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
+
+    def row_params(self, quick):
+        s = self.sizes(quick)
+        return {f"T={t}": {"T": t, "B": s["B"], "H": s["H"]} for t in s["Ts"]}
+
+    def units(self, quick, device):
+        s = self.sizes(quick)
+        return [_u(self.name, key, backend, [f"T={t}"], variant=variant, params={"T": t, "B": s["B"], "H": s["H"]})
+                for t in s["Ts"] for key, backend, variant, _ in self.COLS]
+
+    def run_unit(self, ctx, unit):
+        from harness import measure
+
+        p = unit["params"]
+        model = make_rnn(unit["variant"], p["H"], ctx.device)
+        inputs = rnn_inputs(p["T"], p["B"], p["H"], ctx.device)
+        import torch
+
+        with torch.no_grad():
+            ref = model(*inputs)
+        rec = measure(ctx, unit["backend"], model, inputs, reference=ref)
+        yield f"T={p['T']}", unit["column"], rec
+
+    def summarize(self, rows):
+        out = {}
+        for col, _, _, _ in self.COLS:
+            first = None
+            for row in rows:
+                rec = row["cells"].get(col, {})
+                if rec.get("status") != "ok":
+                    continue
+                if first is None:
+                    first = (row["label"], rec["compile_s"])
+                rec["compile_ratio"] = rec["compile_s"] / first[1] if first[1] > 0 else None
+            if first is not None:
+                last = [r for r in rows if r["cells"].get(col, {}).get("status") == "ok"][-1]
+                out[f"{col} compile t({last['label']})/t({first[0]})"] = last["cells"][col]["compile_ratio"]
+        return out
+
+
+class RnnScan(Case):
+    name = "rnn_scan"
+    title = "RNN over a sequence with scan"
+    description = (
+        "h_t = tanh(x_t W + h U + b) via scan, forward (no_grad) and forward+backward (grad of "
+        "sum of outputs wrt W, U, b). The same scan program under every backend."
+    )
+
+    def sizes(self, quick):
+        return dict(T=8, B=4, H=16) if quick else dict(T=128, B=32, H=128)
+
+    def rows(self, quick):
+        s = self.sizes(quick)
+        rows = [f"forward T={s['T']}"]
+        if not quick:
+            rows += [f"forward+backward T={s['T']}", f"forward T={s['T']}, capture_scalar_outputs=False"]
+        return rows
+
+    def row_params(self, quick):
+        return {r: self.sizes(quick) for r in self.rows(quick)}
+
+    def units(self, quick, device):
+        rows = self.rows(quick)
+        units = [_u(self.name, b, b, rows[:2], params=self.sizes(quick)) for b in BACKENDS]
+        if not quick:
+            units.append(_u(self.name, "inductor", "inductor", rows[2:], variant="no_capture", params=self.sizes(quick)))
+        return units
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        fwd, fwdbwd = f"forward T={p['T']}", f"forward+backward T={p['T']}"
+        inputs = rnn_inputs(p["T"], p["B"], p["H"], ctx.device)
+        if unit["variant"] == "no_capture":
+            torch._dynamo.config.capture_scalar_outputs = False
+            model = make_rnn("scan", p["H"], ctx.device)
+            with torch.no_grad():
+                ref = model(*inputs)
+            rec = measure(ctx, unit["backend"], model, inputs, reference=ref)
+            rec["capture_scalar_outputs"] = False
+            yield f"{fwd}, capture_scalar_outputs=False", unit["column"], rec
+            return
+        model = make_rnn("scan", p["H"], ctx.device)
+        with torch.no_grad():
+            ref = model(*inputs)
+        yield fwd, unit["column"], measure(ctx, unit["backend"], model, inputs, reference=ref)
+        if any(c[0] == fwdbwd for c in unit["cells"]):
+            model = make_rnn("scan", p["H"], ctx.device, requires_grad=True)
+            params = list(model.parameters())
+
+            def train_step(fn, xs):
+                for q in params:
+                    q.grad = None
+                h_last, ys = fn(*xs)
+                (h_last.sum() + ys.sum()).backward()
+                return tuple(q.grad.clone() for q in params)
+
+            ref = train_step(model, inputs) if unit["backend"] != "eager" else None
+            yield fwdbwd, unit["column"], measure(ctx, unit["backend"], model, inputs, invoke=train_step,
+                                                  reference=ref, grad=True)
+
+    def summarize(self, rows):
+        fwd = rows[0]
+        out = {f"{fwd['label']}: tidal speedup vs eager": fwd["ratios"].get("tidal_vs_eager"),
+               f"{fwd['label']}: tidal speedup vs inductor": fwd["ratios"].get("tidal_vs_inductor")}
+        for r in rows[2:]:
+            rec = r["cells"].get("inductor", {})
+            st = rec.get("status")
+            if st == "ok":
+                st = f"ok, {rec['time_s'] * 1e3:.3f} ms (compile {rec.get('compile_s', 0):.2f} s)"
+            elif st == "failed":
+                st = f"failed: {rec.get('error_type')}: {rec.get('error')}"
+            out[f"inductor with {r['label'].split(', ', 1)[-1]}"] = st
+        return out
+
+
+class WhileLoop(Case):
+    name = "while_loop"
+    title = "while_loop per-iteration cost, tiny body"
+    description = (
+        "Carries (i, x), x a 4-element tensor; body (i + 1, x * 0.5 + 1); cond i < n with the trip "
+        "count n a tensor input, so one compilation serves every n. Metric: iterations per second."
+    )
+    metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("iters_per_s", "it/s", 1.0, "{:.3g}")]
+
+    def trips(self, quick):
+        return [10, 100] if quick else [1_000, 10_000, 100_000]
+
+    def row_params(self, quick):
+        return {f"n={n}": {"n": n} for n in self.trips(quick)}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, list(self.row_params(quick))) for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        x0 = torch.tensor([0.0, 1.0, -3.0, 10.0], device=ctx.device)
+        i0 = torch.zeros((), dtype=torch.int64, device=ctx.device)
+        fn_cache = {}
+        for row, params in self.row_params(ctx.quick).items():
+            if [row, unit["column"]] not in unit["cells"]:
+                continue
+            n = params["n"]
+            nt = torch.tensor(n, dtype=torch.int64, device=ctx.device)
+            # closed form of n steps of x <- x/2 + 1 (an eager reference would take seconds)
+            ref = (torch.tensor(n, dtype=torch.int64, device=ctx.device), 2.0 + (x0 - 2.0) * 0.5**n)
+            rec = _measure_shared(ctx, unit["backend"], while_program, (i0, x0, nt), ref, fn_cache)
+            if rec.get("status") == "ok":
+                rec["iters_per_s"] = n / rec["time_s"]
+            yield row, unit["column"], rec
+
+    def summarize(self, rows):
+        return {f"{r['label']}: tidal it/s / inductor it/s": r["ratios"].get("tidal_vs_inductor") for r in rows}
+
+
+def _measure_shared(ctx, backend, program, inputs, ref, cache):
+    """measure(), but one compiled function serves every row (same graph, new input values):
+    only the first row's first call compiles. A fallback of the first row holds for all rows
+    (tidal warns once per graph, so later rows could not see it)."""
+    import torch
+
+    import harness
+
+    if "fallback" in cache:
+        return dict(cache["fallback"])
+    first = "fn" not in cache
+    if first:
+        torch._dynamo.reset()
+        cache["fn"] = harness.compiled(program, backend)
+    rec = harness.measure(ctx, backend, program, inputs, reference=ref, fn=cache["fn"])
+    if rec.get("status") == "fallback":
+        cache["fallback"] = rec
+    elif rec.get("status") == "failed":
+        cache.pop("fn", None)
+    elif not first and "compile_s" in rec:
+        del rec["compile_s"]  # compiled by an earlier row
+        rec["note"] = "compiled in the first row"
+    return rec
+
+
+class AssociativeScan(Case):
+    name = "associative_scan"
+    title = "Linear recurrence h_t = a_t h_{t-1} + b_t with associative_scan"
+    description = (
+        "16 channels, a, b of shape [T, 16] float32, combine ((a1, b1), (a2, b2)) -> (a1 a2, a2 b1 + b2), "
+        "combine_mode='generic' on the CPU ('pointwise' on cuda). Effective GB/s = bytes of a and b read "
+        "plus h written / time."
+    )
+    metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("gb_per_s", "GB/s", 1.0, "{:.2f}")]
+    C = 16
+
+    def lengths(self, quick):
+        return [64, 256] if quick else [1024, 16384, 131072]
+
+    def row_params(self, quick):
+        return {f"T={t}": {"T": t, "C": self.C} for t in self.lengths(quick)}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, list(self.row_params(quick))) for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
+        for row, p in self.row_params(ctx.quick).items():
+            g = torch.Generator().manual_seed(3)
+            a = (0.9 + 0.1 * torch.rand(p["T"], p["C"], generator=g)).to(ctx.device)
+            b = torch.randn(p["T"], p["C"], generator=g).to(ctx.device)
+            with torch.no_grad():
+                ref = program(a, b)
+            rec = measure(ctx, unit["backend"], program, (a, b), reference=ref)
+            if rec.get("status") == "ok":
+                rec["gb_per_s"] = 3 * a.numel() * a.element_size() / rec["time_s"] / 1e9
+            yield row, unit["column"], rec
+
+
+class CondClamp(Case):
+    name = "cond_clamp"
+    title = "cond: scrub NaN/inf only when present"
+    description = (
+        "torch.cond(x.isnan().any() | x.isinf().any(), nan_to_num(t, 0, 1e4, -1e4), t.clone(), (x,)) "
+        "on a 4096x4096 float32 tensor, clean and with one NaN (one compilation serves both)."
+    )
+
+    def n(self, quick):
+        return 256 if quick else 4096
+
+    def row_params(self, quick):
+        n = self.n(quick)
+        return {f"{n}x{n} clean": {"N": n, "nan": False}, f"{n}x{n} one NaN": {"N": n, "nan": True}}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, list(self.row_params(quick))) for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        fn_cache = {}
+        for row, p in self.row_params(ctx.quick).items():
+            x = torch.randn(p["N"], p["N"], generator=torch.Generator().manual_seed(4)).to(ctx.device)
+            if p["nan"]:
+                x[p["N"] // 3, p["N"] // 5] = float("nan")
+            with torch.no_grad():
+                ref = cond_clamp(x)
+            yield row, unit["column"], _measure_shared(ctx, unit["backend"], cond_clamp, (x,), ref, fn_cache)
+
+
+class ChunkedCE(Case):
+    name = "chunked_ce"
+    title = "Chunked cross-entropy (paper appendix F.3, scaled down)"
+    description = (
+        "Mean cross-entropy of hidden[N, d] @ W[d, V] against integer targets: full logits (naive), "
+        "a Python loop over chunks (unrolled), and scan over chunks. Peak memory = extra peak RSS of one "
+        "call (VmHWM after resetting it through /proc/self/clear_refs, minus RSS before the call; "
+        "glibc's mmap threshold fixed at 64 KiB so freed buffers leave the RSS); cuda: allocator peak."
+    )
+    metrics = [("time_s", "ms", 1e3, "{:.2f}"), ("peak_mem_mb", "peak MB", 1.0, "{:.1f}")]
+    VARIANTS = [("naive", "naive (full logits)"), ("loop", "Python loop over chunks"), ("scan", "scan over chunks")]
+    ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+
+    def sizes(self, quick):
+        return dict(N=256, d=32, V=512, chunk=64) if quick else dict(N=4096, d=256, V=8192, chunk=512)
+
+    def row_params(self, quick):
+        return {label: dict(self.sizes(quick), variant=v) for v, label in self.VARIANTS}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, [label], variant=v, params=self.sizes(quick), env=self.ENV)
+                for v, label in self.VARIANTS for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        program = make_chunked_ce(unit["variant"], p["d"], p["V"], p["chunk"], ctx.device)
+        g = torch.Generator().manual_seed(5)
+        hidden = torch.randn(p["N"], p["d"], generator=g).to(ctx.device)
+        targets = torch.randint(0, p["V"], (p["N"],), generator=g).to(ctx.device)
+        with torch.no_grad():
+            ref = torch.nn.functional.cross_entropy(hidden @ make_weight(p, ctx.device), targets)
+        rec = measure(ctx, unit["backend"], program, (hidden, targets), reference=ref, memory=True)
+        yield unit["cells"][0][0], unit["column"], rec
+
+
+def make_weight(p, device):
+    import torch
+
+    g = torch.Generator().manual_seed(2)
+    return (torch.randn(p["d"], p["V"], generator=g) * p["d"] ** -0.5).to(device)
+
+
+CASES = {c.name: c for c in (CompileTime(), RnnScan(), WhileLoop(), AssociativeScan(), CondClamp(), ChunkedCE())}
