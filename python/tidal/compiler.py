@@ -87,9 +87,23 @@ class CompiledProgram:
 
 def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -> CompiledProgram:
     """Import an ExportedProgram, lower it to LLVM and JIT it (or load it from the cache)."""
+    import torch
+
+    from tidal.diagnostics import TidalUnsupported
     from tidal.importer import import_exported
     from tidal.runtime import NativeFunction, cache, signature_of
 
+    mutated = dict(ep.graph_signature.user_inputs_to_mutate) | dict(ep.graph_signature.buffers_to_mutate)
+    if mutated:
+        raise TidalUnsupported(
+            f"the program mutates its inputs or buffers in place ({', '.join(sorted(mutated.values()))}); "
+            f"tidal compiles functional programs only"
+        )
+    (output,) = [n for n in ep.graph.nodes if n.op == "output"]
+    for value in output.args[0]:
+        if not (isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)):
+            kind = type(value.meta.get("val") if isinstance(value, torch.fx.Node) else value).__name__
+            raise TidalUnsupported(f"the program returns a {kind}; tidal compiles programs whose outputs are tensors")
     prog = import_exported(ep, func_name)
     lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
     with prog.context:

@@ -95,6 +95,104 @@ def retype(module_op):
         _retype_op(op)
 
 
+_NAN_PROPAGATING = {
+    # op: indices of the operands whose NaN must reach the result, as in eager PyTorch
+    "torch.aten.clamp": (0,),
+    "torch.aten.clamp.Tensor": (0,),
+    "torch.aten.clamp_min": (0,),
+    "torch.aten.clamp_max": (0,),
+    "torch.aten.maximum": (0, 1),
+    "torch.aten.minimum": (0, 1),
+}
+
+
+@tidal_pass(
+    "tidal-nan-semantics",
+    "Make clamp/maximum/minimum propagate NaN as eager PyTorch does (torch-mlir's cmp+select does not)",
+)
+def nan_semantics(module_op):
+    """r = op(x, ...) becomes where(x != x, x, r) for each NaN-carrying float operand x.
+
+    torch-mlir lowers these ops to `cmpf ult/ugt/ogt` + `select`, which picks the bound or the
+    other operand when an input is NaN; eager PyTorch returns NaN. Patching at the torch level
+    keeps user-written comparisons (`torch.where(x > 0, x, y)`) untouched.
+    """
+    found = []
+
+    def visit(op):
+        if op.name in _NAN_PROPAGATING:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    for op in found:
+        result = op.results[0]
+        spec = tensor_spec(result.type)
+        if spec is None or not spec.dtype.startswith(("f", "bf")):
+            continue
+        users_before = list(result.uses)
+        value = result
+        with ir.InsertionPoint.after(op), op.location:
+            for i in reversed(_NAN_PROPAGATING[op.name]):
+                x = op.operands[i]
+                x_spec = tensor_spec(x.type)
+                if x_spec is None or not x_spec.torch:
+                    continue
+                mask_type = TensorSpec(x_spec.shape, "i1", torch=True).to_type(x.type.context)
+                # x != x is the NaN test torch-mlir lowers (cmpf une); aten.isnan is decomposed
+                # into it earlier in the pipeline, so it no longer has a lowering here.
+                mask = ir.Operation.create("torch.aten.ne.Tensor", results=[mask_type], operands=[x, x]).result
+                value = ir.Operation.create(
+                    "torch.aten.where.self", results=[result.type], operands=[mask, x, value]
+                ).result
+        if value is not result:
+            for use in users_before:
+                use.owner.operands[use.operand_number] = value
+
+
+_INTEGER_DIVISIONS = (
+    "torch.aten.div.Tensor",  # integer-typed results come from decompositions (fmod)
+    "torch.aten.div.Tensor_mode",
+    "torch.aten.remainder.Tensor",
+    "torch.aten.fmod.Tensor",
+    "torch.aten.floor_divide",
+)
+
+
+@tidal_pass(
+    "tidal-check-supported",
+    "Refuse, with a located error, what would crash or differ from eager in native code",
+)
+def check_supported(module_op):
+    """Run before torch-mlir's conversions, which crash on some inputs instead of failing.
+
+    - 8-bit integer tensors: convert-torch-to-linalg aborts the process on si8/ui8 arithmetic.
+    - integer division by a tensor: eager raises ZeroDivisionError for a zero divisor; native code
+      would trap (SIGFPE) or return garbage, so such programs are left to eager.
+    """
+    problems: list[TidalUnsupported] = []
+
+    def visit(op):
+        for v in list(op.results) + list(op.operands):
+            spec = tensor_spec(v.type)
+            if spec is not None and spec.dtype in ("si8", "ui8"):
+                problems.append(TidalUnsupported(
+                    f"'{op.name}' op works on 8-bit integer tensors ({v.type}), which torch-mlir's "
+                    f"lowering does not handle", op.location))
+                return ir.WalkResult.ADVANCE
+        if op.name in _INTEGER_DIVISIONS:
+            spec = tensor_spec(op.results[0].type)
+            if spec is not None and spec.dtype.startswith(("si", "ui")):
+                problems.append(TidalUnsupported(
+                    f"'{op.name}' op divides integers by a tensor: a zero divisor must raise "
+                    f"ZeroDivisionError as in eager, which compiled code cannot do", op.location))
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    if problems:
+        raise problems[0]
+
+
 @tidal_pass(
     "tidal-check-torch-lowered",
     "Fail on the first aten/prims op torch-mlir's conversions left behind, naming it and its source",
@@ -164,12 +262,13 @@ def backend_contract(module_op):
 # importer never emits calls (subgraphs become regions), so there is nothing to inline.
 TORCH_BACKEND_PASSES = (
     "func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
-    "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize)"
+    "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
+    "tidal-nan-semantics"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
 LINALG_PASSES = (
-    "func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
+    "tidal-check-supported, func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
     "func.func(convert-torch-to-tmtensor), func.func(canonicalize), func.func(convert-torch-to-linalg), "
     "func.func(canonicalize), func.func(convert-torch-to-scf), func.func(convert-torch-to-arith), "
     "func.func(convert-torch-to-tensor), tidal-check-torch-lowered, convert-torch-conversion-to-mlprogram, "

@@ -160,24 +160,36 @@ def _verify_after(element_name: str, failure: TidalPassFailure, print_ir: bool):
     return run
 
 
-# MLIR passes that crash (SIGSEGV) on modules holding tidal ops: MLIR treats an unregistered op
-# with ONE region (tidal.scan/map/associative_scan) as a potential symbol table, and these passes'
-# call-graph walks dereference a null symbol reference. They are refused while tidal ops remain.
-UNSAFE_WITH_TIDAL_OPS = ("inline", "remove-dead-values")
+# MLIR passes that crash (SIGSEGV) on modules holding unregistered ops, found by hostile-input
+# testing. The first group walks symbol tables: MLIR treats an unregistered op with ONE region
+# (tidal.scan/map/associative_scan) as a potential symbol table and dereferences a null symbol
+# reference. The second group crashes on any unregistered op. tidal-opt refuses them, with a
+# located error, while such ops remain.
+UNSAFE_WITH_UNREGISTERED_OPS = (
+    "inline",
+    "remove-dead-values",
+    "normalize-memrefs",
+    "scalarize-single-element-tensor-return",
+    "torch-shape-refinement-pipeline",
+    "torchdynamo-export-to-torch-backend-pipeline",
+    "math-extend-to-supported-types",
+    "xegpu-vector-linearize",
+)
 LOWERS_TIDAL_OPS = "tidal-lower-to-scf"
 
 
-def _has_tidal_ops(module_op) -> bool:
-    found = []
+def _unregistered_op(module_op) -> str | None:
+    ctx = module_op.context
+    found: list[str] = []
 
     def visit(op):
-        if op.name.startswith("tidal."):
-            found.append(op)
+        if not ctx.is_registered_operation(op.name):
+            found.append(op.name)
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
     module_op.walk(visit)
-    return bool(found)
+    return found[0] if found else None
 
 
 def build_pass_manager(
@@ -194,22 +206,22 @@ def build_pass_manager(
     """
     failure = TidalPassFailure()
     pm = passmanager.PassManager("builtin.module", context=ctx)
-    tidal_ops_remain = module_op is not None and _has_tidal_ops(module_op)
+    unregistered = _unregistered_op(module_op) if module_op is not None else None
 
     def add(elements: list[Element], col_base: int = 0, via: str | None = None):
-        nonlocal tidal_ops_remain
+        nonlocal unregistered
         for e in elements:
             col = e.col if via is None else col_base
-            unsafe = _contains_any(e, UNSAFE_WITH_TIDAL_OPS)
-            if unsafe and tidal_ops_remain:
+            unsafe = _contains_any(e, UNSAFE_WITH_UNREGISTERED_OPS)
+            if unsafe and unregistered:
                 raise _error(
-                    f"pass '{unsafe}' cannot run while tidal ops remain: MLIR treats one-region "
-                    f"unregistered ops as symbol tables and this pass crashes on them; lower them "
-                    f"first ({LOWERS_TIDAL_OPS})",
+                    f"pass '{unsafe}' cannot run while tidal ops remain: this MLIR pass crashes on "
+                    f"unregistered ops such as '{unregistered}' (one-region ones look like symbol "
+                    f"tables to it); lower them first ({LOWERS_TIDAL_OPS})",
                     col,
                 )
-            if e.name == LOWERS_TIDAL_OPS:
-                tidal_ops_remain = False
+            if e.name == LOWERS_TIDAL_OPS and unregistered and unregistered.startswith("tidal."):
+                unregistered = None
             pipe = lookup_pipeline(e.name)
             tpass = lookup_pass(e.name)
             if pipe is not None:

@@ -12,7 +12,7 @@ import os
 import sys
 import warnings
 
-from tidal.diagnostics import Diagnostic, TidalError, diagnostics_from_exception
+from tidal.diagnostics import Diagnostic, SourceLoc, TidalError, diagnostics_from_exception
 
 
 def load_program_file(path: str):
@@ -23,10 +23,13 @@ def load_program_file(path: str):
         raise TidalError(f"cannot load '{path}' as a Python module", None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as e:
+        raise TidalError(f"the program file called sys.exit({e.code!r}) while being loaded", SourceLoc(path, 1, 1)) from None
     for attr in ("model", "example_inputs"):
         if not hasattr(module, attr):
-            raise TidalError(f"{path} must define `{attr}` (see tidal-compile --help)")
+            raise TidalError(f"{path} must define `{attr}` (see tidal-compile --help)", SourceLoc(path, 1, 1))
     inputs = module.example_inputs
     if not isinstance(inputs, tuple):
         inputs = (inputs,)
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         text = run_file(args.file) if args.run else compile_file(args.file, args.emit)
-    except SystemExit:
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported as a diagnostic
         for d in _diagnostics(exc, args.file):
@@ -71,7 +74,7 @@ def compile_file(path: str, emit: str) -> str:
     from tidal.importer import import_program
 
     if not os.path.isfile(path):
-        raise TidalError(f"no such file: {path}")
+        raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
     model, inputs = load_program_file(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -90,7 +93,7 @@ def run_file(path: str) -> str:
     from tidal.compiler import compile_program
 
     if not os.path.isfile(path):
-        raise TidalError(f"no such file: {path}")
+        raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
     model, inputs = load_program_file(path)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", FutureWarning)
@@ -131,15 +134,18 @@ def _diagnostics(exc: BaseException, path: str) -> list[Diagnostic]:
     from torch_mlir import ir
 
     if isinstance(exc, (TidalError, ir.MLIRError)):
-        return diagnostics_from_exception(exc)
+        return [
+            d if d.loc is not None else Diagnostic(d.severity, d.message, SourceLoc(path, 1, 1))
+            for d in diagnostics_from_exception(exc)
+        ]
     # A failure inside torch.export or the user's own code: name the innermost user frame.
     import traceback
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    from tidal.diagnostics import SourceLoc
-
     loc = SourceLoc(path, frames[-1].lineno, 1) if frames else SourceLoc(path, 1, 1)
+    if isinstance(exc, SystemExit):
+        return [Diagnostic("error", f"the program called sys.exit({exc.code!r})", loc)]
     return [Diagnostic("error", f"{type(exc).__name__}: {first_line}", loc)]
 
 

@@ -176,6 +176,37 @@ class _AsMLIRError:
         self.error_diagnostics = [d]
 
 
+MAX_NESTING = 10_000  # brackets; deeper input takes minutes to verify (measured: 20k brackets ~75 s)
+
+
+def input_problem(text: str, raw: bytes, source_name: str) -> str | None:
+    """Reject, with a located message, input MLIR's parser would crash on rather than diagnose."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        return f"{source_name}:{line}:{col}: error: input is not valid UTF-8 (byte 0x{raw[e.start]:02x})"
+    depth, line, col = 0, 1, 0
+    in_string = False
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col, in_string = line + 1, 0, False
+        elif ch == '"':
+            in_string = not in_string
+        elif not in_string and ch in "([{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return (
+                    f"{source_name}:{line}:{col}: error: input nests regions/attributes deeper than "
+                    f"{MAX_NESTING} levels, which tidal-opt does not support"
+                )
+        elif not in_string and ch in ")]}":
+            depth = max(0, depth - 1)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="tidal-opt",
@@ -203,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{source_name}:1:1: error: cannot read input: {e.strerror}", file=sys.stderr)
         return 1
     text = raw.decode("utf-8", errors="surrogateescape")
+    problem = input_problem(text, raw, source_name)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     if not text.strip() or all(
         not ln.strip() or ln.lstrip().startswith("//") for ln in text.splitlines()
     ):
@@ -224,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             failed |= bool(problems)
         else:
             for d in diags:
+                if d.loc is None:  # e.g. pass scheduling errors: point at the input, not nowhere
+                    d = Diagnostic(d.severity, d.message, SourceLoc(source_name, chunk.first_line, 1))
                 print(d.format(), file=sys.stderr)
             failed |= out is None or any(d.severity == "error" for d in diags)
         if out is not None:
@@ -239,11 +276,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    try:
-        code = main()
-    except KeyboardInterrupt:
-        code = 130
-    sys.exit(code)
+    """Run main() on a thread with a large stack: MLIR's parser and verifier recurse per nesting level."""
+    import threading
+
+    result = {"code": 1}
+
+    def run():
+        try:
+            result["code"] = main()
+        except KeyboardInterrupt:
+            result["code"] = 130
+
+    threading.stack_size(256 * 1024 * 1024)
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    sys.exit(result["code"])
 
 
 if __name__ == "__main__":
