@@ -1,0 +1,8 @@
+import torch
+
+
+def model(x):
+    return x.sin()
+
+
+example_inputs = None

@@ -1,0 +1,4 @@
+func.func @f(%xs: tensor<5x2xf32>) -> tensor<5x2xf32> {
+  %r = "tidal.map"(%xs) {num_xs = 1 : i64} : (tensor<5x2xf32>) -> tensor<5x2xf32>
+  return %r : tensor<5x2xf32>
+}

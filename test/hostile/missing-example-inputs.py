@@ -1,0 +1,5 @@
+import torch
+
+
+def model(x):
+    return x.sin()

@@ -1,0 +1,4 @@
+import torch
+
+def model(x):
+    return x.sin()

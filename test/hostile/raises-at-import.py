@@ -1,0 +1,3 @@
+import torch
+
+raise RuntimeError("boom while importing the program file")

@@ -1,0 +1,7 @@
+func.func @f(%h: tensor<3xf32>, %xs: tensor<4x3xf32>) -> tensor<3xf32> {
+  %r = "tidal.scan"(%h, %xs) ({
+  ^bb0(%c: tensor<3xf32>, %x: tensor<3xf32>):
+    "tidal.yield"(%c, %x) : (tensor<3xf32>, tensor<3xf32>) -> ()
+  }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<3xf32>, tensor<4x3xf32>) -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}

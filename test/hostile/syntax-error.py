@@ -1,0 +1,6 @@
+import torch
+
+def model(x)
+    return x.sin()
+
+example_inputs = (torch.randn(3),)

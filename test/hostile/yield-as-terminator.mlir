@@ -1,0 +1,3 @@
+func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  "tidal.yield"(%x) : (tensor<3xf32>) -> ()
+}

@@ -1,0 +1,580 @@
+"""Random valid PyTorch programs with control flow, for differential fuzzing of tidal against eager.
+
+A program is described by a small tree of frozen dataclasses (`Program` → `Block` → ops), drawn by
+the hypothesis strategy `programs()`, so hypothesis shrinks a failing program op by op. The
+description is rendered to Python source (`source_of`), which is what a failure prints: paste it
+into a file, add `model = program` and `example_inputs = make_inputs(desc)`, and `tidal-compile
+--run` reproduces it.
+
+Every block maps a "state" tensor `v` to a tensor of the SAME shape and dtype, so any block may
+appear anywhere: as a cond branch, a while_loop body, a scan step (on the scanned slice's shape), a
+map body (on a row's shape). Control-flow ops nest up to `MAX_DEPTH` deep:
+
+  cond             pred is computed data (`v.sum() > t`, `v.amax() > t`) or a captured input
+  while_loop       an int64 counter carry (`i < n`, n in 1..3), optionally AND a data predicate
+  scan             over any dim of the state, reverse or not, zeros/first-slice/input init, an
+                   optional extra int64 counter carry; ys are stacked on that dim and the final
+                   carry is broadcast back, so the output keeps the state's shape
+  map              over dim 0, optionally with an explicit extra argument
+  associative_scan (generic mode) add / mul / max (where) / the (a, b) linear-recurrence combine
+
+Leaves are elementwise ops (add/sub/mul/where with the state itself, a captured input of a
+broadcastable shape — size-1 dims included — or a Python scalar; tanh/sigmoid/relu/exp of clamped
+values/abs/neg), matmul with a captured square weight, and reductions (sum/mean/amax over a dim,
+keepdim) combined back into the state. Values are kept bounded with `clamp` after every op that can
+grow them, so float32 results stay comparable with `rtol=1e-4, atol=1e-5` and int64 never
+overflows. dtypes: float32, float64 and int64 (int64 programs use no division, mean, or
+transcendental functions).
+
+Every captured input is a top-level argument of `program`, referenced by closure inside bodies.
+Scans always have length >= 1 (torch rejects length-0 scans).
+
+Left out on purpose:
+  * associative_scan nested inside another control-flow body: tidal cannot capture it yet
+    (test_regressions.py::test_regression_associative_scan_nested_in_cond);
+    TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 generates it anyway.
+  * matmul of a rank-3 state inside a body: torch.export itself fails on it (a symbolic stride
+    `(s**2)//s` in cond), so tidal never sees the program.
+  * integer division/remainder (tidal refuses integer division by a tensor since a zero divisor
+    crashed the process: test_regressions.py::test_regression_integer_division_by_zero_sigfpe) and
+    NaN/inf inputs: values are random in [-2, 2] (float) or [-5, 5] (int64).
+  * programs on which eager PyTorch itself fails with a known Dynamo bug (EAGER_TORCH_BUGS) are
+    discarded; any other eager failure is reported as a GeneratorBug.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import strategies as st
+
+MAX_DEPTH = 3
+MAX_DIM = 4
+MAX_RANK = 3
+
+# associative_scan inside another control-flow body cannot be compiled yet (test_regressions.py::
+# test_regression_associative_scan_nested_in_cond): set TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 to fuzz it.
+NESTED_ASSOCIATIVE_SCAN = os.environ.get("TIDAL_FUZZ_NESTED_ASSOC_SCAN", "0") == "1"
+
+FLOAT_BOUND = 10.0
+INT_BOUND = 1000
+
+# ---------------------------------------------------------------------------------------------
+# The description
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    shape: tuple[int, ...]
+    dtype: str  # "float32" | "float64" | "int64"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """The right-hand side of a binary op: the state itself, captured input #k, or a scalar."""
+
+    kind: str  # "self" | "input" | "scalar"
+    value: float | int = 0
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # tanh sigmoid relu exp abs neg
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # add sub mul max min
+    rhs: Operand
+
+
+@dataclass(frozen=True)
+class MatMul:
+    weight: int  # captured input index of an (n, n) weight
+
+
+@dataclass(frozen=True)
+class Reduce:
+    kind: str  # sum mean amax
+    dim: int
+    combine: str  # add sub mul
+
+
+@dataclass(frozen=True)
+class Block:
+    ops: tuple
+
+
+@dataclass(frozen=True)
+class Cond:
+    pred: str  # "sum" | "amax" | "input"
+    threshold: float | int
+    pred_input: int  # captured input index for pred == "input" (else -1)
+    then: Block
+    orelse: Block
+
+
+@dataclass(frozen=True)
+class While:
+    n: int
+    data_pred: bool
+    body: Block
+
+
+@dataclass(frozen=True)
+class Scan:
+    dim: int
+    reverse: bool
+    init: str  # "zeros" | "first" | "input"
+    init_input: int
+    counter: bool
+    body: Block
+
+
+@dataclass(frozen=True)
+class Map:
+    extra_arg: int  # captured input passed as map's explicit arg, or -1
+    body: Block
+
+
+@dataclass(frozen=True)
+class AssocScan:
+    combine: str  # add mul max linrec
+    dim: int
+    reverse: bool
+
+
+@dataclass(frozen=True)
+class Program:
+    state: Spec
+    inputs: tuple[Spec, ...]
+    body: Block
+    seed: int
+    via: str = "export"  # "export" (compile_program) | "dynamo" (torch.compile(backend="tidal"))
+
+
+CONTROL_FLOW = (Cond, While, Scan, Map, AssocScan)
+
+
+def depth_of(block: Block) -> int:
+    d = 0
+    for op in block.ops:
+        if isinstance(op, Cond):
+            d = max(d, 1 + max(depth_of(op.then), depth_of(op.orelse)))
+        elif isinstance(op, (While, Scan, Map)):
+            d = max(d, 1 + depth_of(op.body))
+        elif isinstance(op, AssocScan):
+            d = max(d, 1)
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategy
+# ---------------------------------------------------------------------------------------------
+
+
+class _Drawer:
+    """Draws blocks for one program, collecting the captured inputs they reference."""
+
+    def __init__(self, draw, dtype: str):
+        self.draw = draw
+        self.dtype = dtype
+        self.inputs: list[Spec] = []
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype == "int64"
+
+    def new_input(self, shape) -> int:
+        self.inputs.append(Spec(tuple(shape), self.dtype))
+        return len(self.inputs) - 1
+
+    def broadcast_input(self, shape) -> int:
+        """A captured input whose shape broadcasts to `shape` (some dims 1, maybe fewer dims)."""
+        draw = self.draw
+        drop = draw(st.integers(0, len(shape)))
+        kept = shape[drop:]
+        ones = draw(st.lists(st.booleans(), min_size=len(kept), max_size=len(kept)))
+        return self.new_input(tuple(1 if one else d for d, one in zip(kept, ones)))
+
+    def scalar(self):
+        if self.is_int:
+            return self.draw(st.integers(-3, 3))
+        return self.draw(st.sampled_from([0.5, -1.0, 1.5, 0.25, -0.75, 2.0]))
+
+    def operand(self, shape) -> Operand:
+        kind = self.draw(st.sampled_from(["input", "scalar", "self"]))
+        if kind == "input":
+            return Operand("input", self.broadcast_input(shape))
+        if kind == "scalar":
+            return Operand("scalar", self.scalar())
+        return Operand("self")
+
+    def block(self, shape, depth: int) -> Block:
+        n = self.draw(st.integers(1, 3))
+        return Block(tuple(self.op(shape, depth) for _ in range(n)))
+
+    def op(self, shape, depth: int):
+        draw = self.draw
+        rank = len(shape)
+        kinds = ["unary", "binary"]
+        if rank >= 1:
+            kinds += ["reduce"]
+        # torch.export (not tidal) fails on a 3-d matmul followed by an elementwise op inside a cond
+        # branch when two dims are equal: "cond's output stride is not a simple accumulative
+        # multiplication of sizes" (size (s, (s**2)//s, k)). Rank-3 matmuls stay at the top level.
+        if 1 <= rank <= 2 or (rank == 3 and depth == 0):
+            kinds += ["matmul"]
+        if depth < MAX_DEPTH:
+            kinds += ["cond", "while"]
+            if rank >= 1:
+                kinds += ["scan", "map"]
+                if depth == 0 or NESTED_ASSOCIATIVE_SCAN:
+                    kinds += ["assoc_scan"]
+        kind = draw(st.sampled_from(kinds))
+        if kind == "unary":
+            ops = ["neg", "abs", "relu"] if self.is_int else ["neg", "tanh", "abs", "relu", "sigmoid", "exp"]
+            return Unary(draw(st.sampled_from(ops)))
+        if kind == "binary":
+            return Binary(draw(st.sampled_from(["add", "mul", "sub", "max", "min"])), self.operand(shape))
+        if kind == "reduce":
+            kinds = ["sum", "amax"] if self.is_int else ["sum", "mean", "amax"]
+            return Reduce(draw(st.sampled_from(kinds)), draw(st.integers(0, rank - 1)),
+                          draw(st.sampled_from(["sub", "add", "mul"])))
+        if kind == "matmul":
+            n = shape[-1]
+            return MatMul(self.new_input((n, n)))
+        if kind == "cond":
+            pred = draw(st.sampled_from(["sum", "amax", "input"]))
+            pred_input = self.broadcast_input(shape) if pred == "input" else -1
+            threshold = self.scalar() if pred != "input" else 0
+            return Cond(pred, threshold, pred_input, self.block(shape, depth + 1), self.block(shape, depth + 1))
+        if kind == "while":
+            return While(draw(st.integers(1, 3)), draw(st.booleans()), self.block(shape, depth + 1))
+        if kind == "scan":
+            dim = draw(st.integers(0, rank - 1))
+            slice_shape = shape[:dim] + shape[dim + 1:]
+            init = draw(st.sampled_from(["zeros", "first", "input"]))
+            init_input = self.new_input(slice_shape) if init == "input" else -1
+            return Scan(dim, draw(st.booleans()), init, init_input, draw(st.booleans()),
+                        self.block(slice_shape, depth + 1))
+        if kind == "map":
+            extra = self.broadcast_input(shape[1:]) if draw(st.booleans()) else -1
+            return Map(extra, self.block(shape[1:], depth + 1))
+        assert kind == "assoc_scan"
+        return AssocScan(draw(st.sampled_from(["add", "max", "mul", "linrec"])), draw(st.integers(0, rank - 1)),
+                         draw(st.booleans()))
+
+
+@st.composite
+def programs(draw, dtypes=("float32", "float64", "int64"), dynamo_fraction: int = 5):
+    """A random valid `Program`. One in `dynamo_fraction` goes through torch.compile (0: never)."""
+    # Drawn first: a choice drawn after a large body is starved (hypothesis' buffer runs out).
+    via = "export"
+    if dynamo_fraction and draw(st.integers(0, dynamo_fraction - 1)) == dynamo_fraction - 1:
+        via = "dynamo"
+    dtype = draw(st.sampled_from(tuple(dtypes) + ("float32",) * ("float32" in dtypes)))  # float32: x2 weight
+    rank = draw(st.integers(0, MAX_RANK))
+    shape = tuple(draw(st.integers(1, MAX_DIM)) for _ in range(rank))
+    drawer = _Drawer(draw, dtype)
+    body = drawer.block(shape, 0)
+    seed = draw(st.integers(0, 2**16))
+    return Program(Spec(shape, dtype), tuple(drawer.inputs), body, seed, via)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering to Python source
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Emitter:
+    dtype: str
+    lines: list[str] = field(default_factory=list)
+    counter: int = 0
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype == "int64"
+
+    @property
+    def bound(self) -> str:
+        return f"{INT_BOUND}" if self.is_int else f"{FLOAT_BOUND}"
+
+    def clamp(self, expr: str) -> str:
+        return f"({expr}).clamp(-{self.bound}, {self.bound})"
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}_{self.counter}"
+
+    def emit(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+    def operand(self, rhs: Operand) -> str:
+        if rhs.kind == "self":
+            return "v"
+        if rhs.kind == "input":
+            return f"in{rhs.value}"
+        return repr(rhs.value)
+
+    def block(self, block: Block, indent: int) -> None:
+        for op in block.ops:
+            self.op(op, indent)
+
+    def op(self, op, ind: int) -> None:  # noqa: C901 - one case per op kind
+        e = self.emit
+        if isinstance(op, Unary):
+            expr = {
+                "neg": "-v",
+                "abs": "v.abs()",
+                "relu": "torch.relu(v)",
+                "tanh": "torch.tanh(v)",
+                "sigmoid": "torch.sigmoid(v)",
+                "exp": "torch.exp(v.clamp(-4.0, 2.0))",
+            }[op.op]
+            e(ind, f"v = {expr}")
+        elif isinstance(op, Binary):
+            r = self.operand(op.rhs)
+            if op.op in ("max", "min"):
+                cmp = ">" if op.op == "max" else "<"
+                # `in_k` broadcasts to v's shape; a Python scalar keeps v's dtype.
+                e(ind, f"v = torch.where(v {cmp} {r}, v, {r})")
+            else:
+                sym = {"add": "+", "sub": "-", "mul": "*"}[op.op]
+                e(ind, f"v = {self.clamp(f'v {sym} {r}')}")
+        elif isinstance(op, MatMul):
+            # `.reshape(v.shape)` ties the result's last dim to v's: torch traces bodies with symbolic
+            # sizes, and `v @ w` would get w's size symbol, so the two branches of a cond inside a
+            # while_loop body would disagree (an unbacked size; eager rejects the carry).
+            e(ind, f"v = (v @ in{op.weight}).reshape(v.shape)")
+        elif isinstance(op, Reduce):
+            red = f"v.{op.kind}(dim={op.dim}, keepdim=True)"
+            sym = {"add": "+", "sub": "-", "mul": "*"}[op.combine]
+            e(ind, f"v = {self.clamp(f'v {sym} {red}')}")
+        elif isinstance(op, Cond):
+            t, f = self.fresh("then"), self.fresh("orelse")
+            for name, body in ((t, op.then), (f, op.orelse)):
+                e(ind, f"def {name}(v):")
+                self.block(body, ind + 1)
+                e(ind + 1, "return v")
+            pred = {
+                "sum": f"v.sum() > {op.threshold!r}",
+                "amax": f"v.amax() > {op.threshold!r}",
+                "input": f"in{op.pred_input}.sum() > 0",
+            }[op.pred]
+            e(ind, f"v = torch.cond({pred}, {t}, {f}, (v,))")
+        elif isinstance(op, While):
+            c, b = self.fresh("while_cond"), self.fresh("while_body")
+            e(ind, f"def {c}(i, v):")
+            limit = "50" if self.is_int else "5.0"
+            pred = f"(i < {op.n}) & (v.abs().amax() < {limit})" if op.data_pred else f"i < {op.n}"
+            e(ind + 1, f"return {pred}")
+            e(ind, f"def {b}(i, v):")
+            self.block(op.body, ind + 1)
+            e(ind + 1, "return i + 1, v")
+            e(ind, f"_, v = while_loop({c}, {b}, (torch.zeros((), dtype=torch.int64), v))")
+        elif isinstance(op, Scan):
+            s = self.fresh("scan_step")
+            carry = "(c, k)" if op.counter else "c"
+            e(ind, f"def {s}({'carry' if op.counter else 'c'}, xt):")
+            if op.counter:
+                e(ind + 1, "c, k = carry")
+            e(ind + 1, f"v = _dense({self.clamp('c + xt')})")
+            self.block(op.body, ind + 1)
+            nxt = "(_dense(v), k + 1)" if op.counter else "_dense(v)"
+            e(ind + 1, f"return {nxt}, _dense(v)")
+            init = {
+                "zeros": f"_dense(torch.zeros_like(v.select({op.dim}, 0)))",
+                "first": f"_dense(v.select({op.dim}, 0))",
+                "input": f"in{op.init_input}",
+            }[op.init]
+            if op.counter:
+                init = f"({init}, torch.zeros((), dtype=torch.int64))"
+            e(ind, f"{carry}, ys = scan({s}, {init}, v, dim={op.dim}, reverse={op.reverse})")
+            extra = " + k" if op.counter else ""
+            e(ind, f"v = _dense({self.clamp(f'ys + c.unsqueeze({op.dim}){extra}')})")
+        elif isinstance(op, Map):
+            m = self.fresh("map_fn")
+            if op.extra_arg >= 0:
+                e(ind, f"def {m}(xt, a):")
+                e(ind + 1, f"v = _dense({self.clamp('xt + a')})")
+            else:
+                e(ind, f"def {m}(xt):")
+                e(ind + 1, "v = _dense(xt)")
+            self.block(op.body, ind + 1)
+            e(ind + 1, "return v")
+            args = f", in{op.extra_arg}" if op.extra_arg >= 0 else ""
+            e(ind, f"v = map({m}, v{args})")
+        elif isinstance(op, AssocScan):
+            c = self.fresh("combine")
+            kw = f"dim={op.dim}, reverse={op.reverse}, combine_mode=\"generic\""
+            if op.combine == "linrec":
+                e(ind, f"def {c}(left, right):")
+                e(ind + 1, "a1, b1 = left")
+                e(ind + 1, "a2, b2 = right")
+                e(ind + 1, "return a1 * a2, a2 * b1 + b2")
+                decay = "v.clamp(-1, 1)" if self.is_int else "torch.sigmoid(v)"
+                e(ind, f"_, v = associative_scan({c}, ({decay}, v), {kw})")
+            else:
+                e(ind, f"def {c}(a, b):")
+                body = {"add": "a + b", "mul": "a * b", "max": "torch.where(a > b, a, b)"}[op.combine]
+                e(ind + 1, f"return {body}")
+                e(ind, f"v = associative_scan({c}, v, {kw})")
+            e(ind, f"v = _dense({self.clamp('v')})")
+        else:
+            raise TypeError(op)
+
+
+HEADER = """import torch
+from torch._higher_order_ops import associative_scan, map, scan, while_loop
+
+
+def _dense(t):
+    # A fresh row-major copy: torch requires scan carries and cond branches to agree on strides
+    # (size-1 dims included), and slices along dim > 0 are strided.
+    return t.clone(memory_format=torch.contiguous_format)
+"""
+
+
+def source_of(desc: Program) -> str:
+    """Python source defining `program(v, in0, in1, ...)` for `desc`."""
+    em = _Emitter(desc.state.dtype)
+    params = ", ".join(["v"] + [f"in{i}" for i in range(len(desc.inputs))])
+    em.emit(0, f"def program({params}):")
+    em.block(desc.body, 1)
+    em.emit(1, "return v")
+    return HEADER + "\n\n" + "\n".join(em.lines) + "\n"
+
+
+_built = 0
+
+
+def build(desc: Program):
+    """(the `program` callable, its source). The source is registered with linecache, so
+    tracebacks and tidal's diagnostics show the generated lines."""
+    global _built
+    src = source_of(desc)
+    _built += 1
+    filename = f"<tidal-fuzz-{_built}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    # A real module in sys.modules: Dynamo imports the module of the function's globals.
+    module = types.ModuleType(f"tidal_fuzz_{_built}")
+    sys.modules[module.__name__] = module
+    exec(compile(src, filename, "exec"), module.__dict__)  # noqa: S102 - our own generated source
+    return module.program, src
+
+
+def make_inputs(desc: Program) -> tuple:
+    """The state and the captured inputs, deterministic in `desc.seed`."""
+    g = torch.Generator().manual_seed(desc.seed)
+
+    def tensor(spec: Spec, scale: float = 1.0):
+        if spec.dtype == "int64":
+            return torch.randint(-5, 6, spec.shape, generator=g, dtype=torch.int64)
+        t = (torch.rand(spec.shape, generator=g, dtype=torch.float64) * 4 - 2) * scale
+        return t.to(getattr(torch, spec.dtype))
+
+    out = [tensor(desc.state)]
+    for spec in desc.inputs:
+        square = len(spec.shape) == 2 and spec.shape[0] == spec.shape[1]
+        # A weight (n, n) scaled by 1/n keeps matmul non-expansive (in the max norm).
+        out.append(tensor(spec, 1.0 / spec.shape[0] / 2 if square and spec.dtype != "int64" else 1.0))
+    return tuple(out)
+
+
+def tolerances(dtype: str) -> dict:
+    if dtype == "int64":
+        return {"rtol": 0, "atol": 0}
+    if dtype == "float64":
+        return {"rtol": 1e-7, "atol": 1e-9}
+    return {"rtol": 1e-4, "atol": 1e-5}
+
+
+_VIA = {"dynamo": 'torch.compile(program, backend="tidal")', "export": "tidal.compiler.compile_program"}
+
+
+def reproduction(desc: Program) -> str:
+    """What a failure prints: the description, the source, and how to rerun it."""
+    return (
+        f"description:\n  {desc!r}\n"
+        f"compiled via: {_VIA[desc.via]}\n"
+        f"input shapes: v={desc.state.shape} {desc.state.dtype}, "
+        + ", ".join(f"in{i}={s.shape}" for i, s in enumerate(desc.inputs))
+        + f"\nseed: {desc.seed} (fuzz_programs.make_inputs(desc))\n"
+        f"---- generated source ----\n{source_of(desc)}--------------------------"
+    )
+
+
+# Eager PyTorch itself fails on a few valid programs (Dynamo bugs in its eager HOP tracing). Such a
+# program is discarded; any other eager failure means the generator is wrong (GeneratorBug).
+EAGER_TORCH_BUGS = (
+    # scan -> map(fn, xs, extra_arg) -> while_loop, ~1 program in 130 (torch 2.13)
+    "lift_tracked_freevar_to_input should not be called on root SubgraphTracer",
+)
+
+
+class FuzzFailure(AssertionError):
+    """tidal disagrees with eager, rejects, crashes on or falls back on a valid program."""
+
+
+class GeneratorBug(Exception):
+    """The generated program is not valid PyTorch (eager raises): fix fuzz_programs.py."""
+
+
+def check(desc: Program) -> None:
+    """Compile `desc` with tidal and compare with eager; raises FuzzFailure with a reproduction."""
+    from tidal.compiler import compile_program
+    from tidal.diagnostics import TidalError
+    from tidal.dynamo import TidalFallbackWarning
+
+    fn, _ = build(desc)
+    inputs = make_inputs(desc)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            expected = fn(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the generator's fault (or torch's), not tidal's
+            if any(known in str(exc) for known in EAGER_TORCH_BUGS):
+                from hypothesis import event, reject
+
+                event("eager PyTorch failed (known torch bug): program discarded")
+                reject()
+            raise GeneratorBug(f"eager PyTorch rejected a generated program: {exc}\n{reproduction(desc)}") from exc
+        if desc.via == "dynamo":
+            torch._dynamo.reset()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", TidalFallbackWarning)
+                got = torch.compile(fn, backend="tidal")(*inputs)
+            fallbacks = [str(w.message) for w in caught if issubclass(w.category, TidalFallbackWarning)]
+            if fallbacks:
+                raise FuzzFailure(f"valid program fell back to eager: {fallbacks[0]}\n{reproduction(desc)}")
+        else:
+            try:
+                program = compile_program(fn, inputs)
+            except TidalError as exc:
+                raise FuzzFailure(f"tidal rejected a valid program: {exc}\n{reproduction(desc)}") from None
+            except Exception as exc:  # noqa: BLE001 - anything else is a crash: report it
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise FuzzFailure(
+                    f"compile_program crashed: {type(exc).__name__}: {first}\n{reproduction(desc)}"
+                ) from exc
+            got = program(*inputs)
+    try:
+        torch.testing.assert_close(got, expected, **tolerances(desc.state.dtype))
+    except AssertionError as exc:
+        raise FuzzFailure(f"tidal differs from eager: {exc}\n{reproduction(desc)}") from None
+
+
+if __name__ == "__main__":  # print a few random programs
+    for i, d in enumerate(st.lists(programs(), min_size=5, max_size=5).example()):
+        print(f"# ---- program {i} ({d.state}) ----")
+        print(source_of(d))

@@ -1,0 +1,61 @@
+"""Differential fuzzing: random valid control-flow programs, tidal vs eager PyTorch.
+
+`fuzz_programs.programs()` draws a program description (cond / while_loop / scan / map /
+associative_scan nested up to 3 deep, elementwise / matmul / reduction bodies, float32, float64
+and int64, size-1 dims, closures over extra inputs); each is compiled by tidal and compared with
+eager (`rtol=1e-4, atol=1e-5` for float32, `1e-7/1e-9` for float64, exact for int64). Most go
+through `tidal.compiler.compile_program`; one in five through `torch.compile(backend="tidal")`,
+where a TidalFallbackWarning is a failure. A failure prints the description and the generated
+Python source, shrunk by hypothesis.
+
+CI (the default): 200 examples, derandomized (the same programs every run), ~6-10 minutes on 2
+cores. Compiling one program costs 0.3-15 s (depth-3 programs take longest), which is why the
+default (200) is sized for the 90-minute CI budget.
+
+Long run (random programs, a new set each time):
+
+    TIDAL_FUZZ_EXAMPLES=5000 python -m pytest test/python/test_fuzz.py
+
+Reproduce a reported run with a fixed seed (hypothesis prints it as `@seed(...)` on failure):
+
+    TIDAL_FUZZ_SEED=1234 TIDAL_FUZZ_EXAMPLES=500 python -m pytest test/python/test_fuzz.py
+
+Also fuzz associative_scan nested inside other control flow (known to fail:
+test_regressions.py::test_regression_associative_scan_nested_in_cond):
+
+    TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 python -m pytest test/python/test_fuzz.py
+"""
+
+import os
+
+from hypothesis import HealthCheck, event, given, seed, settings
+
+import fuzz_programs
+
+DEFAULT_EXAMPLES = 200
+EXAMPLES = int(os.environ.get("TIDAL_FUZZ_EXAMPLES", DEFAULT_EXAMPLES))
+SEED = os.environ.get("TIDAL_FUZZ_SEED")
+LONG_RUN = EXAMPLES > DEFAULT_EXAMPLES
+
+_settings = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=SEED is None and not LONG_RUN,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+def _maybe_seeded(test):
+    return seed(int(SEED))(test) if SEED is not None else test
+
+
+@_maybe_seeded
+@_settings
+@given(desc=fuzz_programs.programs())
+def test_tidal_matches_eager_on_random_programs(desc):
+    event(f"depth {fuzz_programs.depth_of(desc.body)}")
+    event(f"{desc.state.dtype}")
+    event(f"via {desc.via}")
+    fuzz_programs.check(desc)

@@ -1,0 +1,140 @@
+"""No leaks: repeated calls keep RSS flat, and tidal's caches stay bounded.
+
+RSS is read from /proc/self/statm (resident pages), so these tests need Linux.
+"""
+
+import gc
+import os
+import warnings
+
+import pytest
+import torch
+from torch._higher_order_ops import scan, while_loop
+
+import tidal.dynamo
+from tidal.compiler import compile_exported, compile_program
+from tidal.importer import export_program
+from tidal.runtime import cache
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm")
+
+MiB = 2**20
+
+
+def rss_bytes() -> int:
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def count_to(limit: int):
+    def program(i, x):
+        def cond_fn(i, x):
+            return i < limit
+
+        def body_fn(i, x):
+            return i + 1, torch.tanh(x * 1.5 + 0.1)
+
+        return while_loop(cond_fn, body_fn, (i, x))
+
+    return program
+
+
+def scaled_loop(k: int):
+    """Tiny programs that differ only in a constant (so each has its own IR and cache key)."""
+
+    def program(i, x):
+        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * (1.0 + k / 100)), (i, x))
+
+    return program
+
+
+ARGS = (torch.zeros((), dtype=torch.int64), torch.randn(4))
+
+
+def test_10000_calls_keep_rss_flat():
+    program = compile_program(count_to(5), ARGS)
+    expected = count_to(5)(*ARGS)
+    with torch.no_grad():
+        for _ in range(500):  # warm-up: allocator pools, lazy imports, ctypes caches
+            out = program(*ARGS)
+        before = rss_bytes()
+        for _ in range(10_000):
+            out = program(*ARGS)
+        after = rss_bytes()
+    torch.testing.assert_close(out, expected)
+    assert after - before < 10 * MiB, f"RSS grew {(after - before) / MiB:.1f} MiB over 10,000 calls"
+
+
+def test_3000_torch_compile_calls_keep_rss_flat():
+    compiled = torch.compile(count_to(3), backend="tidal")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", tidal.dynamo.TidalFallbackWarning)
+        for _ in range(300):
+            compiled(*ARGS)
+        before = rss_bytes()
+        for _ in range(3000):
+            compiled(*ARGS)
+        after = rss_bytes()
+    assert after - before < 10 * MiB, f"RSS grew {(after - before) / MiB:.1f} MiB over 3,000 calls"
+
+
+def test_recompiling_does_not_leak_native_code(monkeypatch):
+    """JIT-compiling the same program again and again (the memory cache cleared each time, so each
+    round builds and drops an LLVM execution engine) keeps RSS flat."""
+    monkeypatch.setattr(cache, "_memory", type(cache._memory)())
+    ep = export_program(count_to(2), ARGS)
+    sizes = []
+    for _ in range(20):
+        cache._memory.clear()
+        program = compile_exported(ep)
+        program(*ARGS)
+        del program
+        sizes.append(rss_bytes())
+    growth = sizes[-1] - sizes[4]
+    assert growth < 8 * MiB, f"RSS grew {growth / MiB:.1f} MiB over 15 compilations"
+
+
+def test_memory_cache_stays_bounded(monkeypatch):
+    monkeypatch.setattr(cache, "MEMORY_ENTRIES", 3)
+    monkeypatch.setattr(cache, "_memory", type(cache._memory)())
+    programs = []
+    for k in range(6):
+        programs.append(compile_program(scaled_loop(k), ARGS))
+        assert cache.memory_entries() <= cache.MEMORY_ENTRIES
+    assert cache.memory_entries() == 3
+    # Programs whose native code was evicted from the cache still run (they own their code).
+    with torch.no_grad():
+        for k, program in enumerate(programs):
+            torch.testing.assert_close(program(*ARGS), scaled_loop(k)(*ARGS))
+
+
+def test_specializations_stay_bounded(monkeypatch):
+    """A Python int input that Dynamo makes symbolic (after its second value) is baked into each
+    program: one specialization per value, at most MAX_SPECIALIZATIONS kept (LRU)."""
+    monkeypatch.setattr(tidal.dynamo, "MAX_SPECIALIZATIONS", 3)
+    graphs = []
+
+    def recording_backend(gm, example_inputs, **kwargs):
+        compiled = tidal.dynamo.tidal_backend(gm, example_inputs, **kwargs)
+        graphs.append(compiled)
+        return compiled
+
+    def model(xs, n):
+        # (a body closing over `n` falls back today: test_regressions.py)
+        c, ys = scan(lambda c, x: (torch.tanh(c + x), c * 2), torch.zeros(3), xs)
+        return c * n, ys
+
+    compiled = torch.compile(model, backend=recording_backend)
+    values = list(range(1, 8)) + [2]  # 2 was evicted by then: compiled again
+    xs = torch.randn(4, 3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", tidal.dynamo.TidalFallbackWarning)
+        for n in values:
+            torch.testing.assert_close(compiled(xs, n), model(xs, n))
+            assert graphs, "the backend was never called"
+            for g in graphs:
+                assert len(g.programs) <= tidal.dynamo.MAX_SPECIALIZATIONS
+    specialized = max(graphs, key=lambda g: g.compilations)
+    assert specialized.compilations == len(values) - 1  # n = 2..7 (n = 1 has its own graph), then 2 again
+    assert len(specialized.programs) == 3
