@@ -150,7 +150,12 @@ def _diagnostics(exc: BaseException, path: str) -> list[Diagnostic]:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print("tidal-compile: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
 
 
 if __name__ == "__main__":
