@@ -36,45 +36,40 @@ def _cast(kind: str, value: ir.Value, to: ir.Type, loc) -> ir.Value:
     return ir.Operation.create(kind, results=[to], operands=[value], loc=loc).result
 
 
-def _retype_op(op: ir.Operation) -> None:
-    loc = op.location
-    # Operands: cast torch values to builtin right before the op.
+def _cast_operands(op: ir.Operation, loc) -> None:
+    """Cast each torch-typed operand of `op` to builtin right before it."""
     with ir.InsertionPoint(op):
         for i, v in enumerate(list(op.operands)):
             bt = builtin_tensor_type(v.type)
             if bt is not None:
                 op.operands[i] = _cast(TO_BUILTIN, v, bt, loc)
-    # Block arguments: retype, and give remaining torch-typed users a cast back.
+
+
+def _retype_value(value: ir.Value, insertion_point: ir.InsertionPoint, loc) -> None:
+    """Give `value` its builtin type; its remaining torch-typed users get a cast back."""
+    torch_type = value.type
+    bt = builtin_tensor_type(torch_type)
+    if bt is None:
+        return
+    value.set_type(bt)
+    if list(value.uses):
+        with insertion_point:
+            back = ir.Operation.create(FROM_BUILTIN, results=[torch_type], operands=[value], loc=loc)
+        value.replace_all_uses_except(back.result, back)
+
+
+def _retype_op(op: ir.Operation) -> None:
+    loc = op.location
+    _cast_operands(op, loc)
     for region in op.regions:
         for block in region.blocks:
             for arg in block.arguments:
-                torch_type = arg.type
-                bt = builtin_tensor_type(torch_type)
-                if bt is None:
-                    continue
-                arg.set_type(bt)
-                if list(arg.uses):
-                    with ir.InsertionPoint.at_block_begin(block):
-                        back = ir.Operation.create(FROM_BUILTIN, results=[torch_type], operands=[arg], loc=loc)
-                    arg.replace_all_uses_except(back.result, back)
-            term = list(block.operations)[-1] if list(block.operations) else None
-            if term is not None and term.name == YIELD:
-                with ir.InsertionPoint(term):
-                    for i, v in enumerate(list(term.operands)):
-                        bt = builtin_tensor_type(v.type)
-                        if bt is not None:
-                            term.operands[i] = _cast(TO_BUILTIN, v, bt, loc)
-    # Results: retype, and give torch-typed users a cast back right after the op.
+                _retype_value(arg, ir.InsertionPoint.at_block_begin(block), loc)
+            ops = list(block.operations)
+            if ops and ops[-1].name == YIELD:
+                _cast_operands(ops[-1], loc)
     for r in op.results:
-        torch_type = r.type
-        bt = builtin_tensor_type(torch_type)
-        if bt is None:
-            continue
-        r.set_type(bt)
-        if list(r.uses):
-            with ir.InsertionPoint.after(op):
-                back = ir.Operation.create(FROM_BUILTIN, results=[torch_type], operands=[r], loc=loc)
-            r.replace_all_uses_except(back.result, back)
+        _retype_value(r, ir.InsertionPoint.after(op), loc)
 
 
 def _collect(root, names) -> list[ir.Operation]:
