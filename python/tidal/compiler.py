@@ -14,8 +14,7 @@ import os
 
 from torch_mlir import ir
 
-import tidal.backends.cpu  # noqa: F401  (registers the CPU pipeline)
-import tidal.passes  # noqa: F401  (registers passes and pipelines)
+import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
 from tidal.passes import run_pipeline
 
 STAGES: list[tuple[str, str | None]] = [

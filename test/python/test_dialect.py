@@ -6,11 +6,12 @@ from torch_mlir.dialects import arith, func
 
 from tidal.context import make_context, parse_module
 from tidal.diagnostics import TidalUnsupported, TidalVerifyError
-from tidal.dialects import all_rules, check_module, rules_for, verify_module
+import tidal.init_all  # noqa: F401  (attaches every transformation's rules)
+from tidal.conversion.tidal_to_scf import LOWER_TO_SCF
+from tidal.dialects import all_ops, check_module, op_entry, verify_module
 from tidal.dialects.associative_scan import build_associative_scan
 from tidal.dialects.cond import build_cond
 from tidal.dialects.map import build_map
-from tidal.dialects.registry import is_pending
 from tidal.dialects.scan import build_scan
 from tidal.dialects.while_loop import build_while
 
@@ -38,12 +39,21 @@ def ctx():
         yield c
 
 
-def test_every_op_has_one_registration_entry_with_all_slots():
-    names = {r.name for r in all_rules()}
+def test_every_op_has_one_registration_entry_with_its_rules():
+    names = {e.name for e in all_ops()}
     assert names == {"tidal.cond", "tidal.while", "tidal.scan", "tidal.associative_scan", "tidal.map"}
-    for r in all_rules():
-        for slot in ("verify", "build", "lower_to_scf", "autodiff", "triton"):
-            assert callable(getattr(r, slot)), (r.name, slot)
+    for e in all_ops():
+        assert callable(e.verify) and callable(e.build), e.name
+        assert e.operands and e.regions and e.results and e.doc, e.name
+        rule = e.rule("lower-to-scf")
+        assert rule is not None and rule.fn.__module__.startswith("tidal.conversion.tidal_to_scf."), e.name
+
+
+def test_a_rule_is_attached_once():
+    with pytest.raises(ValueError, match="registered twice"):
+        LOWER_TO_SCF.rule("tidal.scan")(lambda op: None)
+    with pytest.raises(ValueError, match="no op named tidal.nope"):
+        LOWER_TO_SCF.rule("tidal.nope")(lambda op: None)
 
 
 def test_builders_make_valid_ops(ctx):
@@ -100,28 +110,31 @@ def test_verifier_reports_op_position_and_both_types(ctx):
     assert "carry match" in msg and "tensor<3xf64>" in msg and "tensor<3xf32>" in msg
 
 
-def test_pending_rule_raises_actionable_located_error(ctx):
+def test_missing_rule_raises_actionable_located_error(ctx):
     module = parse_module(
-        """func.func @f(%p: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> {
-          %r = "tidal.cond"(%p, %x) ({
-          ^bb0(%a: tensor<2xf32>):
-            "tidal.yield"(%a) : (tensor<2xf32>) -> ()
-          }, {
-          ^bb0(%a: tensor<2xf32>):
-            "tidal.yield"(%a) : (tensor<2xf32>) -> ()
-          }) : (tensor<i1>, tensor<2xf32>) -> tensor<2xf32>
+        """func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {
+          %r = "tidal.unknown"(%x) : (tensor<2xf32>) -> tensor<2xf32>
           return %r : tensor<2xf32>
         }""",
-        "pending.mlir",
+        "missing.mlir",
         ctx,
     )
-    cond = module.body.operations[0].regions[0].blocks[0].operations[0]
-    rules = rules_for("tidal.cond")
-    assert is_pending(rules.autodiff)
+    op = module.body.operations[0].regions[0].blocks[0].operations[0]
     with pytest.raises(TidalUnsupported) as e:
-        rules.autodiff(cond)
-    assert "pending.mlir:2:" in e.value.format()
-    assert "no autodiff rule yet" in e.value.message
+        LOWER_TO_SCF.rule_for(op)
+    assert e.value.format().startswith("missing.mlir:2:16: error: 'tidal.unknown' op has no lower-to-scf rule")
+    assert "--describe-op tidal.unknown" in e.value.message
+
+
+def test_describe_names_definition_and_rules():
+    text = op_entry("tidal.while").describe()
+    assert text.startswith("tidal.while: loop while a 0-d i1 predicate holds")
+    assert "num_carries" in text and "cond " in text
+    assert "verifier       tidal.dialects.while_loop.verify_while (dialects/while_loop.py:" in text
+    assert (
+        "lower-to-scf   tidal.conversion.tidal_to_scf.while_loop.lower_while_to_scf "
+        "(python/tidal/conversion/tidal_to_scf/while_loop.py:" in text
+    )
 
 
 def test_deep_nesting_verifies_without_recursion_error(ctx):

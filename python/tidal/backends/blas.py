@@ -9,37 +9,16 @@ loops.
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import os
 import re
 
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, memref
 
 from tidal.passes.registry import tidal_pass
-
-def blas_library() -> str:
-    import importlib.util
-
-    torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)
-    return os.path.join(torch_dir, "lib", "libtorch_cpu.so")
-
-
-@functools.lru_cache(maxsize=1)
-def blas_symbols() -> dict[str, int]:
-    """Addresses of the gemm entry points, registered with each JIT engine by name.
-
-    Looked up with ctypes (RTLD_LOCAL: the handle torch already holds) rather than handed to the
-    ExecutionEngine as a shared library: its dlopen promotes libtorch_cpu to global scope, after
-    which eager PyTorch ran 80x slower with 2 threads (measured: RNN step loop 15 ms → 1.29 s).
-    """
-    import torch  # noqa: F401  (loads libtorch_cpu first, so ctypes gets the same handle)
-
-    lib = ctypes.CDLL(blas_library())
-    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _GEMM.values()}
+from tidal.runtime import externs
 
 _GEMM = {"f32": "sgemm_", "f64": "dgemm_"}
+externs.require(*_GEMM.values())
 _DEFAULT_MAPS = (
     "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
     "affine_map<(d0, d1, d2) -> (d0, d1)>]"

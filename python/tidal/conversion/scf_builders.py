@@ -1,4 +1,4 @@
-"""Small IR-building helpers shared by the per-op `lower_to_scf` rules.
+"""Small IR-building helpers shared by the per-op `lower-to-scf` rules (`tidal_to_scf/`).
 
 Tidal regions are isolated from above, so lowering a tidal op to scf is substitution: each body's
 block arguments are replaced by the values scf provides (loop-carried args, slices, the op's

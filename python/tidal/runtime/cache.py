@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tidal.runtime import externs
 from tidal.runtime.executable import NativeFunction
 from tidal.runtime.memref import TensorSig
 
@@ -111,13 +112,11 @@ def store(key: str, native: NativeFunction, args: list[TensorSig], results: list
             warnings.warn("tidal: no C compiler found; compiled code is not cached on disk", stacklevel=2)
             _warned_no_cc = True
         return
-    from tidal.backends.blas import blas_library
-
     os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         obj, so = os.path.join(tmp, "code.o"), os.path.join(tmp, "code.so")
         engine.dump_to_object_file(obj)
-        lib_dir = os.path.dirname(blas_library())
+        lib_dir = os.path.dirname(externs.torch_cpu_library())
         # The JIT emits non-PIC (large code model) code: allow text relocations explicitly.
         cmd = [cc, "-shared", "-o", so, obj, f"-L{lib_dir}", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}", "-lm",
                "-Wl,-z,notext"]

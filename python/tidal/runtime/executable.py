@@ -8,6 +8,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
+from tidal.runtime import externs
 from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, results_type, take_result
 
 
@@ -47,10 +48,8 @@ class NativeFunction:
 
     @classmethod
     def from_llvm_module(cls, llvm_module: ir.Module, func_name: str, args, results, opt_level: int = 3):
-        from tidal.backends.blas import blas_symbols
-
         engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
-        for name, address in blas_symbols().items():
+        for name, address in externs.addresses().items():
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
         packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
         slots = ctypes.c_void_p * (1 + len(args))

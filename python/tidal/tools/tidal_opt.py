@@ -110,6 +110,7 @@ def bundled_mlir_passes() -> list[str]:
 
 
 def list_passes() -> str:
+    import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
     from tidal.passes import all_passes, all_pipelines
 
     lines = ["tidal passes:"]
@@ -119,6 +120,18 @@ def list_passes() -> str:
     lines += ["", "bundled MLIR / torch-mlir passes (every registered MLIR pass may be named):"]
     lines += [f"  {name:36s} {summary}" for name, summary in bundled_mlir_passes()]
     return "\n".join(lines)
+
+
+def describe_op(name: str) -> int:
+    import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
+    from tidal.dialects import op_entry, region_op_names
+
+    entry = op_entry(name)
+    if entry is None:
+        print(f"tidal-opt: error: unknown op '{name}' (tidal ops: {', '.join(region_op_names())})", file=sys.stderr)
+        return 1
+    print(entry.describe())
+    return 0
 
 
 def process_chunk(chunk: Chunk, source_name: str, args, ctx) -> tuple[str | None, list[Diagnostic]]:
@@ -221,11 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mlir-print-op-generic", action="store_true", help="print ops in generic form")
     p.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
     p.add_argument("--list-passes", action="store_true", help="list tidal passes, pipelines and MLIR passes")
+    p.add_argument(
+        "--describe-op",
+        metavar="NAME",
+        help="print a tidal op's definition and the rule each transformation registered for it",
+    )
     args = p.parse_args(argv)
 
     if args.list_passes:
         print(list_passes())
         return 0
+    if args.describe_op:
+        return describe_op(args.describe_op)
 
     source_name = "<stdin>" if args.input == "-" else args.input
     try:
@@ -244,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{source_name}:1:1: error: input is empty: expected an MLIR module", file=sys.stderr)
         return 1
 
-    import tidal.passes  # noqa: F401  (registers passes)
+    import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
     from tidal.context import make_context
 
     ctx = make_context()
@@ -286,6 +306,8 @@ def entry() -> None:
             result["code"] = main()
         except KeyboardInterrupt:
             result["code"] = 130
+        except SystemExit as e:  # argparse's --help (0) and usage errors (2), raised on this thread
+            result["code"] = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
 
     threading.stack_size(256 * 1024 * 1024)
     worker = threading.Thread(target=run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tidal.dialects.build import create_region_op, i64_attr
 from tidal.dialects.checks import OpChecker, slice_type
-from tidal.dialects.registry import OpRules, register
+from tidal.dialects.registry import OpEntry, register
 from tidal.dialects.types import tensor_spec
 
 NAME = "tidal.map"
@@ -49,42 +49,19 @@ def build_map(xs, consts, y_types, body_fn=None, loc=None):
     )
 
 
-def lower_map_to_scf(op):
-    """`scf.for` over dim 0 writing each slice's outputs into preallocated stacks."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import scf
-
-    from tidal.conversion import scf_builders as b
-
-    k = op.attributes["num_xs"].value
-    operands = list(op.operands)
-    xs, consts = operands[:k], operands[k:]
-    body = op.regions[0].blocks[0]
-    slice_types = [a.type for a in list(body.arguments)[:k]]
-    with ir.InsertionPoint(op), op.location:
-        length = b.dim_size(xs[0], 0)
-        stacks = [
-            b.empty_like_stacked(r.type, length, 0, f"'{NAME}' ys[{j}]", op.location)
-            for j, r in enumerate(op.results)
-        ]
-        loop = scf.ForOp(b.index(0), length, b.index(1), stacks)
-        iv, carried = loop.induction_variable, list(loop.inner_iter_args)
-        anchor = b.anchor_at_end(loop.body)
-        with ir.InsertionPoint(anchor):
-            x_t = [b.extract_step(x, 0, iv, st) for x, st in zip(xs, slice_types)]
-        yielded = b.inline_body(body, x_t + consts, anchor)
-        with ir.InsertionPoint(anchor):
-            scf.YieldOp([b.insert_step(y, stack, 0, iv) for y, stack in zip(yielded, carried)])
-        anchor.erase()
-    b.replace_op(op, list(loop.results))
-
-
 MAP = register(
-    OpRules(
+    OpEntry(
         name=NAME,
         summary="independent per-slice map along dim 0 (map)",
+        doc=__doc__,
         verify=verify_map,
         build=build_map,
-        lower_to_scf=lower_map_to_scf,
+        operands=(
+            ("xs...", "the first num_xs operands: mapped over dim 0, all of one length"),
+            ("consts...", "the rest: values the body captures"),
+        ),
+        attributes=(("num_xs", "i64 >= 1: how many operands are mapped"),),
+        regions=(("body", "(x_t..., consts...) -> tidal.yield y_t..."),),
+        results=(("ys...", "per-slice outputs stacked along dim 0"),),
     )
 )

@@ -1,8 +1,10 @@
-"""tidal's passes. Importing this package registers them (see `registry.py`)."""
+"""tidal's target-free passes, the pass registry and the pipeline builder.
 
-from tidal.passes import verify  # noqa: F401  (registers tidal-verify)
-from tidal import conversion  # noqa: F401,E402  (registers the conversion passes and pipelines)
-from tidal.backends import cpu  # noqa: F401,E402  (registers the CPU backend passes and pipeline)
+Importing this package registers the passes defined here. Conversions and backends register
+theirs from their own packages (`tidal.init_all` loads everything, as MLIR's InitAllPasses does).
+"""
+
+from tidal.passes import nan_semantics, verify  # noqa: F401  (register their passes)
 from tidal.passes.pipeline import PipelineError, build_pass_manager, parse_pipeline, run_pipeline
 from tidal.passes.registry import all_passes, all_pipelines, tidal_pass, tidal_pipeline
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from tidal.diagnostics import TidalVerifyError
-from tidal.dialects.registry import YIELD, region_op_names, rules_for
+from tidal.dialects.registry import YIELD, op_entry, region_op_names
 
 
 def _scope_op(value: ir.Value):
@@ -55,13 +55,13 @@ def verify_module(root) -> list[TidalVerifyError]:
             if name == YIELD:
                 _verify_yield(op, op.parent)
             elif name.startswith("tidal."):
-                rules = rules_for(name)
-                if rules is None:
+                entry = op_entry(name)
+                if entry is None:
                     raise TidalVerifyError(
                         f"unknown tidal op '{name}' (known: {', '.join(sorted(tidal_ops))}, {YIELD})",
                         op.location,
                     )
-                rules.verify(op)
+                entry.verify(op)
             if enclosing is not None:
                 for i, v in enumerate(op.operands):
                     if not _defined_inside(v, enclosing):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tidal.dialects.build import create_region_op, i64_attr
 from tidal.dialects.checks import OpChecker
-from tidal.dialects.registry import OpRules, register
+from tidal.dialects.registry import OpEntry, register
 from tidal.dialects.types import is_predicate_type
 
 NAME = "tidal.while"
@@ -55,41 +55,22 @@ def build_while(carries, consts, cond_fn=None, body_fn=None, loc=None):
     )
 
 
-def lower_while_to_scf(op):
-    """`scf.while`: the cond region computes the predicate (extracted to i1) in `before`, the
-    body region runs in `after`; consts are the op's own operands, visible inside scf regions."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import scf, tensor
-
-    from tidal.conversion.scf_builders import anchor_at_end, inline_body, replace_op
-
-    operands = list(op.operands)
-    n = ir.IntegerAttr(op.attributes["num_carries"]).value
-    carries, consts = operands[:n], operands[n:]
-    types = [v.type for v in carries]
-    with ir.InsertionPoint(op), op.location:
-        loop = scf.WhileOp(types, carries)
-        before = loop.before.blocks.append(*types, arg_locs=[op.location] * n)
-        after = loop.after.blocks.append(*types, arg_locs=[op.location] * n)
-        anchor = anchor_at_end(before)
-        (pred,) = inline_body(op.regions[0].blocks[0], list(before.arguments) + consts, anchor)
-        with ir.InsertionPoint(anchor):
-            scf.ConditionOp(tensor.extract(pred, []), list(before.arguments))
-        anchor.erase()
-        anchor = anchor_at_end(after)
-        new_carries = inline_body(op.regions[1].blocks[0], list(after.arguments) + consts, anchor)
-        with ir.InsertionPoint(anchor):
-            scf.YieldOp(new_carries)
-        anchor.erase()
-    replace_op(op, list(loop.results))
-
-
 WHILE = register(
-    OpRules(
+    OpEntry(
         name=NAME,
         summary="loop while a 0-d i1 predicate holds (while_loop)",
+        doc=__doc__,
         verify=verify_while,
         build=build_while,
-        lower_to_scf=lower_while_to_scf,
+        operands=(
+            ("carries...", "the first num_carries operands: the loop state"),
+            ("consts...", "the rest: values the regions capture (weights), unchanged by the loop"),
+        ),
+        attributes=(("num_carries", "i64: how many operands are carries"),),
+        regions=(
+            ("cond", "(carries..., consts...) -> tidal.yield pred (0-d i1 tensor)"),
+            ("body", "(carries..., consts...) -> tidal.yield carries'... (carry types match)"),
+        ),
+        results=(("carries...", "the final carries"),),
     )
 )

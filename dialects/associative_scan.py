@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tidal.dialects.build import bool_attr, create_region_op, i64_attr
 from tidal.dialects.checks import OpChecker, slice_type
-from tidal.dialects.registry import OpRules, register
+from tidal.dialects.registry import OpEntry, register
 
 NAME = "tidal.associative_scan"
 
@@ -56,45 +56,23 @@ def build_associative_scan(xs, consts, combine_fn=None, dim=0, reverse=False, lo
     )
 
 
-def lower_associative_scan_to_scf(op):
-    """A sequential running combine on the CPU: acc = x_first; acc = combine(acc, x_t) for each
-    later t (in scan order), written into the result as it goes. One pass, O(T) work."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import scf
-
-    from tidal.conversion import scf_builders as b
-
-    k, dim, reverse = (op.attributes[a].value for a in ("num_xs", "dim", "reverse"))
-    operands = list(op.operands)
-    xs, consts = operands[:k], operands[k:]
-    body = op.regions[0].blocks[0]
-    slice_types = [a.type for a in list(body.arguments)[:k]]
-    with ir.InsertionPoint(op), op.location:
-        length = b.dim_size(xs[0], dim)
-        first = b.step_index(b.index(0), length, reverse)
-        acc0 = [b.extract_step(x, dim, first, st) for x, st in zip(xs, slice_types)]
-        outs0 = [b.insert_step(a, b.empty_like_stacked(x.type, length, dim, f"'{NAME}' result", op.location), dim, first)
-                 for a, x in zip(acc0, xs)]
-        loop = scf.ForOp(b.index(1), length, b.index(1), acc0 + outs0)
-        iv, carried = loop.induction_variable, list(loop.inner_iter_args)
-        anchor = b.anchor_at_end(loop.body)
-        with ir.InsertionPoint(anchor):
-            t = b.step_index(iv, length, reverse)
-            x_t = [b.extract_step(x, dim, t, st) for x, st in zip(xs, slice_types)]
-        combined = b.inline_body(body, carried[:k] + x_t + consts, anchor)
-        with ir.InsertionPoint(anchor):
-            outs = [b.insert_step(c, out, dim, t) for c, out in zip(combined, carried[k:])]
-            scf.YieldOp(combined + outs)
-        anchor.erase()
-    b.replace_op(op, list(loop.results)[k:])
-
-
 ASSOCIATIVE_SCAN = register(
-    OpRules(
+    OpEntry(
         name=NAME,
         summary="inclusive prefix scan with an associative combine (associative_scan)",
+        doc=__doc__,
         verify=verify_associative_scan,
         build=build_associative_scan,
-        lower_to_scf=lower_associative_scan_to_scf,
+        operands=(
+            ("xs...", "the first num_xs operands: scanned along dim, all of one length T"),
+            ("consts...", "the rest: values the combine captures"),
+        ),
+        attributes=(
+            ("num_xs", "i64 >= 1: how many operands are scanned"),
+            ("dim", "i64: the scanned dimension"),
+            ("reverse", "bool: prefixes run from the last slice"),
+        ),
+        regions=(("combine", "(lhs..., rhs..., consts...) -> tidal.yield out... (one slice each)"),),
+        results=(("scanned...", "result t = combine(x_0, ..., x_t); the types of the xs"),),
     )
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tidal.dialects.build import create_region_op
 from tidal.dialects.checks import OpChecker
-from tidal.dialects.registry import OpRules, register
+from tidal.dialects.registry import OpEntry, register
 from tidal.dialects.types import is_predicate_type
 
 NAME = "tidal.cond"
@@ -48,32 +48,22 @@ def build_cond(pred, operands, result_types, then_fn=None, else_fn=None, loc=Non
     )
 
 
-def lower_cond_to_scf(op):
-    """`scf.if` on the predicate's scalar; each branch's body is inlined with its operands."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import scf, tensor
-
-    from tidal.conversion.scf_builders import anchor_at_end, inline_body, replace_op
-
-    pred, *operands = list(op.operands)
-    with ir.InsertionPoint(op), op.location:
-        flag = tensor.extract(pred, [])
-        if_op = scf.IfOp(flag, [r.type for r in op.results], has_else=True)
-        for region, block in ((op.regions[0], if_op.then_block), (op.regions[1], if_op.else_block)):
-            anchor = anchor_at_end(block)
-            values = inline_body(region.blocks[0], operands, anchor)
-            with ir.InsertionPoint(anchor):
-                scf.YieldOp(values)
-            anchor.erase()
-    replace_op(op, list(if_op.results))
-
-
 COND = register(
-    OpRules(
+    OpEntry(
         name=NAME,
         summary="if/else on a 0-d i1 tensor (torch.cond)",
+        doc=__doc__,
         verify=verify_cond,
         build=build_cond,
-        lower_to_scf=lower_cond_to_scf,
+        operands=(
+            ("pred", "0-d i1 tensor (tensor<i1> or !torch.vtensor<[],i1>)"),
+            ("operands...", "values both branches receive as block arguments"),
+        ),
+        attributes=(),
+        regions=(
+            ("then", "(operands...) -> tidal.yield r..."),
+            ("else", "(operands...) -> tidal.yield r..., the same types as then"),
+        ),
+        results=(("r...", "the taken branch's yielded values"),),
     )
 )

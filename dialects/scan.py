@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tidal.dialects.build import bool_attr, create_region_op, i64_attr
 from tidal.dialects.checks import OpChecker, slice_type
-from tidal.dialects.registry import OpRules, register
+from tidal.dialects.registry import OpEntry, register
 
 NAME = "tidal.scan"
 
@@ -83,47 +83,28 @@ def build_scan(init, xs, consts, y_types, body_fn=None, dim=0, reverse=False, lo
     )
 
 
-def lower_scan_to_scf(op):
-    """`scf.for` over the scanned dim: slices in with `extract_slice`, per-step outputs written
-    into preallocated stacks with `insert_slice`; carries and stacks are the loop's iter_args."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import scf
-
-    from tidal.conversion import scf_builders as b
-
-    attr = lambda name: op.attributes[name].value  # noqa: E731
-    n, k, dim, reverse = attr("num_carries"), attr("num_xs"), attr("dim"), attr("reverse")
-    operands = list(op.operands)
-    init, xs, consts = operands[:n], operands[n : n + k], operands[n + k :]
-    body = op.regions[0].blocks[0]
-    slice_types = [a.type for a in list(body.arguments)[n : n + k]]
-    stacked_types = [r.type for r in list(op.results)[n:]]
-    with ir.InsertionPoint(op), op.location:
-        length = b.dim_size(xs[0], dim)
-        stacks = [
-            b.empty_like_stacked(t, length, dim, f"'{NAME}' ys[{j}]", op.location)
-            for j, t in enumerate(stacked_types)
-        ]
-        loop = scf.ForOp(b.index(0), length, b.index(1), init + stacks)
-        iv, carried = loop.induction_variable, list(loop.inner_iter_args)
-        anchor = b.anchor_at_end(loop.body)
-        with ir.InsertionPoint(anchor):
-            t = b.step_index(iv, length, reverse)
-            x_t = [b.extract_step(x, dim, t, st) for x, st in zip(xs, slice_types)]
-        yielded = b.inline_body(body, carried[:n] + x_t + consts, anchor)
-        with ir.InsertionPoint(anchor):
-            new_stacks = [b.insert_step(y, stack, dim, t) for y, stack in zip(yielded[n:], carried[n:])]
-            scf.YieldOp(yielded[:n] + new_stacks)
-        anchor.erase()
-    b.replace_op(op, list(loop.results))
-
-
 SCAN = register(
-    OpRules(
+    OpEntry(
         name=NAME,
         summary="sequential scan with carries and stacked outputs (scan)",
+        doc=__doc__,
         verify=verify_scan,
         build=build_scan,
-        lower_to_scf=lower_scan_to_scf,
+        operands=(
+            ("init...", "the first num_carries operands: initial carries"),
+            ("xs...", "the next num_xs operands: scanned along dim, all of one length T"),
+            ("consts...", "the rest: values the body captures (weights)"),
+        ),
+        attributes=(
+            ("num_carries", "i64: how many operands are carries"),
+            ("num_xs", "i64 >= 1: how many operands are scanned"),
+            ("dim", "i64: the scanned dimension of every xs and ys"),
+            ("reverse", "bool: run the steps from slice T-1 down to slice 0"),
+        ),
+        regions=(("body", "(carry..., x_t..., consts...) -> tidal.yield carry'..., y_t..."),),
+        results=(
+            ("carries...", "the final carries"),
+            ("ys...", "per-step outputs stacked along dim (entry t from the step that read slice t)"),
+        ),
     )
 )

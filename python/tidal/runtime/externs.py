@@ -1,0 +1,46 @@
+"""Native symbols that compiled code calls in torch's own library (BLAS today).
+
+Backends declare the names their passes emit calls to (`require`); the runtime resolves them in
+libtorch_cpu, which every process running tidal has loaded, and registers the addresses with each
+JIT engine. The disk cache links its shared libraries against the same library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+
+_REQUIRED: set[str] = set()
+
+
+def torch_cpu_library() -> str:
+    torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)
+    return os.path.join(torch_dir, "lib", "libtorch_cpu.so")
+
+
+def require(*names: str) -> None:
+    """Declare symbols of libtorch_cpu that compiled code may call."""
+    _REQUIRED.update(names)
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_cpu_handle() -> ctypes.CDLL:
+    """Looked up with ctypes (RTLD_LOCAL: the handle torch already holds) rather than handed to the
+    ExecutionEngine as a shared library: its dlopen promotes libtorch_cpu to global scope, after
+    which eager PyTorch ran 80x slower with 2 threads (measured: RNN step loop 15 ms → 1.29 s).
+    """
+    import torch  # noqa: F401  (loads libtorch_cpu first, so ctypes gets the same handle)
+
+    return ctypes.CDLL(torch_cpu_library())
+
+
+@functools.lru_cache(maxsize=None)
+def _address(name: str) -> int:
+    return ctypes.cast(getattr(_torch_cpu_handle(), name), ctypes.c_void_p).value
+
+
+def addresses() -> dict[str, int]:
+    """Address of every required symbol, by name."""
+    return {name: _address(name) for name in sorted(_REQUIRED)}
