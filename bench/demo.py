@@ -100,7 +100,8 @@ def main():
     with torch.no_grad():
         for name, model, inputs in cases:
             expected = model(*inputs)
-            tidal = torch.compile(model, backend="tidal")
+            # strict: a graph tidal could not compile must fail the demo, not time eager as tidal
+            tidal = torch.compile(model, backend="tidal", options={"fallback": "error"})
             start = time.perf_counter()
             got = tidal(*inputs)
             compile_s = time.perf_counter() - start

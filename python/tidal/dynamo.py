@@ -6,7 +6,9 @@ values), re-exports the graph with torch.export (giving aten ops + HOPs), compil
 tidal, and caches the result: dynamic shapes are handled by specializing and caching.
 
 Anything tidal cannot compile runs in eager for that graph, with ONE warning naming the op and
-its source line — never a wrong result.
+its source line — never a wrong result. In strict mode (`options={"fallback": "error"}` or
+`TIDAL_FALLBACK=error`) it raises `TidalCompileError` instead: a test or benchmark that expects
+tidal to compile must not pass by running eager.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from tidal.diagnostics import TidalError
 
-__all__ = ["TidalFallbackWarning", "tidal_backend"]
+__all__ = ["TidalCompileError", "TidalFallbackWarning", "tidal_backend"]
 
 MAX_SPECIALIZATIONS = 8
 _graph_ids = itertools.count()
@@ -28,6 +30,28 @@ _graph_ids = itertools.count()
 
 class TidalFallbackWarning(UserWarning):
     """A graph runs in eager PyTorch because tidal cannot compile it."""
+
+
+class TidalCompileError(RuntimeError):
+    """Strict mode: tidal cannot compile a graph, and eager fallback was not allowed.
+
+    `reason` names the op and the user's source line, as the fallback warning would.
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(f"tidal cannot compile this graph (strict mode, fallback='error'): {reason}")
+        self.reason = reason
+
+
+FALLBACK_MODES = ("warn", "error")
+
+
+def fallback_mode(options: dict) -> str:
+    """`options["fallback"]`, else `$TIDAL_FALLBACK`, else "warn"."""
+    mode = options.get("fallback") or os.environ.get("TIDAL_FALLBACK") or "warn"
+    if mode not in FALLBACK_MODES:
+        raise ValueError(f"tidal: fallback must be one of {', '.join(FALLBACK_MODES)}, got {mode!r}")
+    return mode
 
 
 def _signature(args) -> tuple:
@@ -74,6 +98,7 @@ class TidalCompiledGraph:
     def __init__(self, gm: torch.fx.GraphModule, options: dict):
         self.gm = gm
         self.options = options
+        self.strict = fallback_mode(options) == "error"
         self.graph_id = next(_graph_ids)
         self.programs: OrderedDict = OrderedDict()
         self.fallback_reason: str | None = None
@@ -103,7 +128,7 @@ class TidalCompiledGraph:
             try:
                 program = self._compile(args)
             except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
-                return self._fall_back(_describe(exc), args)
+                return self._fall_back(_describe(exc), args, cause=exc)
             self.programs[key] = program
             if len(self.programs) > MAX_SPECIALIZATIONS:
                 self.programs.popitem(last=False)
@@ -167,7 +192,9 @@ class TidalCompiledGraph:
             ep = export_program(tensors_only, tuple(args[i] for i in positions), dynamic_shapes=dynamic_shapes)
         return compile_exported(ep, dump_dir=dump_dir)
 
-    def _fall_back(self, reason: str, args):
+    def _fall_back(self, reason: str, args, cause: BaseException | None = None):
+        if self.strict:
+            raise TidalCompileError(reason) from cause
         self.fallback_reason = reason
         warnings.warn(
             f"tidal cannot compile this graph ({reason}); it runs in eager PyTorch",

@@ -6,6 +6,10 @@ import pytest
 # Tests get a private on-disk artifact cache, so a stale user cache can neither hide nor cause a
 # failure; test_cache.py makes its own.
 os.environ.setdefault("TIDAL_CACHE_DIR", "off")
+# Strict by default: a graph that falls back to eager still matches eager, so an end-to-end test
+# would pass without tidal compiling anything. Tests OF the fallback ask for it explicitly
+# (options={"fallback": "warn"}).
+os.environ.setdefault("TIDAL_FALLBACK", "error")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch._higher_order_ops import scan
 
-from tidal.dynamo import TidalFallbackWarning
+from tidal.dynamo import TidalCompileError, TidalFallbackWarning
 from tidal.tools.tidal_compile import load_program_file
 
 CORPUS = sorted((Path(__file__).parents[1] / "corpus").glob("*.py"))
+WARN = {"options": {"fallback": "warn"}}  # the tests of the fallback itself (conftest makes tests strict)
 
 
 def run_compiled(model, inputs, **compile_kwargs):
@@ -37,18 +38,54 @@ def fft_model(x):
     return torch.fft.fft(x).real * 2  # FFT_LINE
 
 
+FFT_LINE = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# FFT_LINE" in text)
+
+
 def test_unsupported_op_falls_back_with_one_warning_naming_op_and_line():
     x = torch.randn(8)
-    got, expected, fallbacks = run_compiled(fft_model, (x,))
+    got, expected, fallbacks = run_compiled(fft_model, (x,), **WARN)
     torch.testing.assert_close(got, expected)
     assert len(fallbacks) == 1, fallbacks
-    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# FFT_LINE" in text)
     assert "torch.aten.fft_fft" in fallbacks[0]
-    assert f"test_backend.py:{line}" in fallbacks[0]
+    assert f"test_backend.py:{FFT_LINE}" in fallbacks[0]
+
+
+@pytest.mark.parametrize("how", ["options", "env"])
+def test_strict_mode_raises_naming_op_and_line(how, monkeypatch):
+    if how == "options":
+        monkeypatch.delenv("TIDAL_FALLBACK", raising=False)
+        compiled = torch.compile(fft_model, backend="tidal", options={"fallback": "error"})
+    else:
+        monkeypatch.setenv("TIDAL_FALLBACK", "error")
+        compiled = torch.compile(fft_model, backend="tidal")
+    with pytest.raises(TidalCompileError) as e, torch.no_grad():
+        compiled(torch.randn(8))
+    assert "torch.aten.fft_fft" in e.value.reason
+    assert f"test_backend.py:{FFT_LINE}" in e.value.reason
+    assert "strict mode" in str(e.value)
+
+
+def test_default_mode_is_warn_and_options_override_env(monkeypatch):
+    monkeypatch.delenv("TIDAL_FALLBACK", raising=False)
+    got, expected, fallbacks = run_compiled(fft_model, (torch.randn(8),))
+    assert len(fallbacks) == 1
+    torch._dynamo.reset()
+    monkeypatch.setenv("TIDAL_FALLBACK", "error")
+    got, expected, fallbacks = run_compiled(fft_model, (torch.randn(8),), **WARN)
+    assert len(fallbacks) == 1
+    torch.testing.assert_close(got, expected)
+
+
+def test_unknown_fallback_mode_is_refused(monkeypatch):
+    from tidal.dynamo import fallback_mode
+
+    monkeypatch.setenv("TIDAL_FALLBACK", "sometimes")
+    with pytest.raises(ValueError, match="fallback must be one of warn, error, got 'sometimes'"):
+        fallback_mode({})
 
 
 def test_fallback_warns_once_per_graph():
-    compiled = torch.compile(fft_model, backend="tidal")
+    compiled = torch.compile(fft_model, backend="tidal", **WARN)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always", TidalFallbackWarning)
         for _ in range(3):
@@ -71,7 +108,7 @@ def test_training_call_falls_back_to_eager_autograd():
     h, xs = torch.zeros(2, 4), torch.randn(5, 2, 4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TidalFallbackWarning)
-        out = torch.compile(model, backend="tidal")(h, xs)
+        out = torch.compile(model, backend="tidal", **WARN)(h, xs)
         out[0].sum().backward()
     messages = [str(w.message) for w in caught if issubclass(w.category, TidalFallbackWarning)]
     assert len(messages) == 1 and "autodiff" in messages[0]
