@@ -5,7 +5,7 @@ entry). `verify_module` checks them all. The dialect knows no target: transforma
 their per-op rules from their own packages (`declare_transformation`, `Transformation.rule`).
 """
 
-from tidal.dialects import associative_scan, cond, map, scan, while_loop  # noqa: F401  (register)
+from tidal.dialects import aten_call, associative_scan, cond, map, scan, while_loop  # noqa: F401  (register)
 from tidal.dialects.build import build_yield
 from tidal.dialects.registry import (
     YIELD,
@@ -15,6 +15,7 @@ from tidal.dialects.registry import (
     all_transformations,
     declare_transformation,
     op_entry,
+    op_names,
     region_op_names,
 )
 from tidal.dialects.verifier import check_module, verify_module
@@ -29,6 +30,7 @@ __all__ = [
     "check_module",
     "declare_transformation",
     "op_entry",
+    "op_names",
     "region_op_names",
     "verify_module",
 ]

@@ -144,8 +144,13 @@ def op_entry(op_name: str) -> OpEntry | None:
     return _OPS.get(op_name)
 
 
-def region_op_names() -> tuple[str, ...]:
+def op_names() -> tuple[str, ...]:
     return tuple(_OPS)
+
+
+def region_op_names() -> tuple[str, ...]:
+    """The control-flow ops (those with regions)."""
+    return tuple(name for name, entry in _OPS.items() if entry.regions)
 
 
 def all_ops() -> tuple[OpEntry, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from tidal.diagnostics import TidalVerifyError
-from tidal.dialects.registry import YIELD, op_entry, region_op_names
+from tidal.dialects.registry import YIELD, op_entry, op_names, region_op_names
 
 
 def _scope_op(value: ir.Value):
@@ -58,7 +58,7 @@ def verify_module(root) -> list[TidalVerifyError]:
                 entry = op_entry(name)
                 if entry is None:
                     raise TidalVerifyError(
-                        f"unknown tidal op '{name}' (known: {', '.join(sorted(tidal_ops))}, {YIELD})",
+                        f"unknown tidal op '{name}' (known: {', '.join(sorted(op_names()))}, {YIELD})",
                         op.location,
                     )
                 entry.verify(op)

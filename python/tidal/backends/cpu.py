@@ -8,24 +8,30 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to-runtime)
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
+# torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
+# bufferization model: One-Shot leaves them to torch-mlir's own tm-tensor-bufferize, which runs
+# right after it, and tm-tensor-to-loops lowers them with the linalg loops.
 BUFFERIZE = (
-    "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
+    "one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
+    "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
+    "func.func(tm-tensor-bufferize), canonicalize"
 )
 
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-lower-to-scf, canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse, "
+    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, canonicalize, func.func(linalg-fuse-elementwise-ops), "
+    "canonicalize, cse, "
     "tidal-fast-math, "
     f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, "
-    "func.func(convert-linalg-to-loops), convert-scf-to-cf, "
+    "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
     "reconcile-unrealized-casts, tidal-llvm-contract",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from tidal.diagnostics import TidalError, TidalUnsupported
-from tidal.dialects import YIELD, region_op_names
+from tidal.dialects import YIELD, op_names
 from tidal.dialects.types import TensorSpec, tensor_spec
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
@@ -86,7 +86,7 @@ def _collect(root, names) -> list[ir.Operation]:
 
 @tidal_pass("tidal-retype", "Retype tidal ops from !torch.vtensor to builtin tensors (torch_c casts at the edges)")
 def retype(module_op):
-    for op in _collect(module_op, set(region_op_names())):
+    for op in _collect(module_op, set(op_names())):
         _retype_op(op)
 
 
@@ -206,7 +206,7 @@ def backend_contract(module_op):
 # crashes (SIGSEGV in SymbolRefAttr::getRootReference) on tidal.scan/map/associative_scan. tidal's
 # importer never emits calls (subgraphs become regions), so there is nothing to inline.
 TORCH_BACKEND_PASSES = (
-    "func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
+    "tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
     "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
     "tidal-nan-semantics"
 )
@@ -216,7 +216,7 @@ LINALG_PASSES = (
     "tidal-check-supported, func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
     "func.func(convert-torch-to-tmtensor), func.func(canonicalize), func.func(convert-torch-to-linalg), "
     "func.func(canonicalize), func.func(convert-torch-to-scf), func.func(convert-torch-to-arith), "
-    "func.func(convert-torch-to-tensor), tidal-check-torch-lowered, convert-torch-conversion-to-mlprogram, "
+    "func.func(convert-torch-to-tensor), tidal-aten-calls{leftovers=1}, tidal-check-torch-lowered, convert-torch-conversion-to-mlprogram, "
     "func.func(memref-expand), func.func(canonicalize), func.func(resolve-shaped-type-result-dims), "
     "func.func(cse), torch-func-backend-type-conversion, func.func(canonicalize)"
 )

@@ -8,7 +8,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
-from tidal.runtime import externs
+from tidal.runtime import errors, externs
 from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, results_type, take_result
 
 
@@ -51,6 +51,7 @@ class NativeFunction:
         engine = ExecutionEngine(llvm_module, opt_level=opt_level, shared_libs=[])
         for name, address in externs.addresses().items():
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
+        errors.install(engine.raw_lookup(errors.ERROR_HOOK_SETTER))
         packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
         slots = ctypes.c_void_p * (1 + len(args))
 
@@ -63,6 +64,8 @@ class NativeFunction:
     @classmethod
     def from_shared_library(cls, path: str, func_name: str, args, results):
         lib = ctypes.CDLL(path)
+        setter = getattr(lib, f"_mlir_{errors.ERROR_HOOK_SETTER}", None)
+        errors.install(ctypes.cast(setter, ctypes.c_void_p).value if setter is not None else None)
         fn = getattr(lib, f"_mlir_ciface_{func_name}")
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * (1 + len(args))
@@ -84,6 +87,7 @@ class NativeFunction:
             descs.append(d)
         out = self._result_type()
         self.entry(out, *descs)
+        errors.raise_pending()
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
         adopted: set[int] = set()
 

@@ -124,11 +124,11 @@ def list_passes() -> str:
 
 def describe_op(name: str) -> int:
     import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
-    from tidal.dialects import op_entry, region_op_names
+    from tidal.dialects import op_entry, op_names
 
     entry = op_entry(name)
     if entry is None:
-        print(f"tidal-opt: error: unknown op '{name}' (tidal ops: {', '.join(region_op_names())})", file=sys.stderr)
+        print(f"tidal-opt: error: unknown op '{name}' (tidal ops: {', '.join(op_names())})", file=sys.stderr)
         return 1
     print(entry.describe())
     return 0

@@ -1,0 +1,52 @@
+"""Errors raised inside native code (a failing ATen call) reach Python after the call returns.
+
+Compiled modules that call ATen define `tidal_set_error_hook(fn)`; the runtime installs one hook
+per loaded module. A failing call hands the hook its operator's name; the hook keeps the first
+failure of the current thread with ATen's message, and `raise_pending()` raises it as a
+RuntimeError once the native function has returned (native frames cannot be unwound from Python).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from tidal.runtime import externs
+
+ERROR_HOOK_SETTER = "tidal_set_error_hook"
+externs.require("torch_exception_get_what_without_backtrace")
+
+_pending = threading.local()
+_HOOK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+
+def _what() -> str:
+    fn = ctypes.CFUNCTYPE(ctypes.c_char_p)(externs.addresses()["torch_exception_get_what_without_backtrace"])
+    text = fn()
+    return text.decode(errors="replace") if text else "unknown error"
+
+
+@_HOOK_TYPE
+def _on_error(callee: bytes) -> None:
+    if getattr(_pending, "error", None) is None:
+        _pending.error = (callee.decode(errors="replace"), _what())
+
+
+def install(packed_setter: int | None) -> None:
+    """Point a loaded module's error hook at this runtime (no-op for modules without one).
+
+    `packed_setter` is the setter's packed wrapper (`_mlir_tidal_set_error_hook(void** args)`),
+    which both the JIT (`raw_lookup`) and a cached shared library expose.
+    """
+    if packed_setter:
+        hook = ctypes.c_void_p(ctypes.cast(_on_error, ctypes.c_void_p).value)
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(hook))
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(packed_setter)(ctypes.addressof(args))
+
+
+def raise_pending() -> None:
+    error = getattr(_pending, "error", None)
+    if error is not None:
+        _pending.error = None
+        callee, message = error
+        raise RuntimeError(f"{callee} failed in compiled code: {message}")
