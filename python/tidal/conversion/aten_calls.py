@@ -133,7 +133,7 @@ def _encode(value: ir.Value, schema_type, tensors: list[ir.Value]) -> ir.Attribu
         if isinstance(kind, (torch.IntType, torch.SymIntType)) and isinstance(v, int) and not isinstance(v, bool):
             return _i64(v)
         if isinstance(kind, torch.FloatType) and isinstance(v, (int, float)):
-            return ir.FloatAttr.get(ir.F64Type.get(), float(v))
+            return ir.FloatAttr.get(ir.F64Type.get(), float(v), loc=ir.Location.unknown())
         if isinstance(kind, torch.StringType) and isinstance(v, str):
             return ir.StringAttr.get(v)
         raise _NotEncodable(f"a {kind} argument given {v!r}")

@@ -122,10 +122,59 @@ def record_full_user_stacks():
         TracerBase._filter_traceback_frames = original
 
 
+# Kept whole: they run as ATen calls (tidal.conversion.aten_calls). Decomposed, attention inside a
+# loop body changes the strides of a carry and torch's HOP check rejects the program.
+_KEPT_WHOLE = ("aten.scaled_dot_product_attention.default", "aten._scaled_dot_product_flash_attention_for_cpu.default")
+
+
 def decomposition_table():
+    """torch-mlir's table, minus the ops tidal calls whole, plus PyTorch's own `gelu` (torch-mlir's
+    tanh-GELU lowering uses 0.797724 for sqrt(2/pi): errors up to 5e-5)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    return get_decomposition_table()
+    table = {op: fn for op, fn in get_decomposition_table().items() if str(op) not in _KEPT_WHOLE}
+    table.update(torch._decomp.get_decompositions([torch.ops.aten.gelu]))
+    return table
+
+
+def _contiguous_strides(size) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
+
+
+def rewrite_contiguous_as_strided(gm: torch.fx.GraphModule) -> None:
+    """`as_strided` that only reshapes a contiguous tensor becomes `view` (torch-mlir imports no
+    as_strided). Decompositions produce them: `native_group_norm` does inside loop bodies."""
+    from math import prod
+
+    aten = torch.ops.aten
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is aten.as_strided.default:
+            x, size, stride = node.args[:3]
+            offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+            val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+            static = all(isinstance(v, int) for v in (*size, *stride))
+            if (
+                isinstance(val, torch.Tensor)
+                and static
+                and offset in (None, 0)
+                and val.is_contiguous()
+                and isinstance(val.numel(), int)
+                and list(stride) == _contiguous_strides(size)
+                and prod(size) == val.numel()
+            ):
+                node.target = aten.view.default
+                node.args, node.kwargs = (x, list(size)), {}
+                changed = True
+    for child in gm.children():
+        if isinstance(child, torch.fx.GraphModule):
+            rewrite_contiguous_as_strided(child)
+    if changed:
+        gm.recompile()
 
 
 def export_program(model, example_inputs: tuple, example_kwargs: dict | None = None, dynamic_shapes=None):
@@ -141,4 +190,6 @@ def export_program(model, example_inputs: tuple, example_kwargs: dict | None = N
         ep = torch.export.export(
             model, tuple(example_inputs), example_kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False
         )
-    return ep.run_decompositions(decomposition_table())
+    ep = ep.run_decompositions(decomposition_table())
+    rewrite_contiguous_as_strided(ep.graph_module)
+    return ep
