@@ -80,11 +80,10 @@ class OpEntry:
         lines += [f"  {'verifier':14s} {Rule('verify', self.verify).where}"]
         lines += [f"  {'builder':14s} {Rule('build', self.build).where}"]
         lines += ["", "rules attached by transformations:"]
-        for t in all_transformations():
-            rule = self.rules.get(t.name)
-            lines.append(f"  {t.name:14s} {rule.where if rule else 'none registered'}")
-        if not _TRANSFORMATIONS:
-            lines.append("  (no transformation is loaded)")
+        lines += [f"  {name:14s} {rule.where}" for name, rule in sorted(self.rules.items())] or ["  (none)"]
+        absent = [t.name for t in all_transformations() if t.name not in self.rules]
+        if absent:
+            lines.append(f"  (no rule from: {', '.join(absent)})")
         return "\n".join(lines)
 
 

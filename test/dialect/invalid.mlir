@@ -387,3 +387,27 @@ func.func @unknown_tidal_op(%x: tensor<4xf32>) -> tensor<4xf32> {
   %r = "tidal.loop"(%x) : (tensor<4xf32>) -> tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+func.func @aten_call_unqualified(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'tidal.aten_call' op callee 'sort' must be a qualified operator name such as 'aten::convolution'}}
+  %r = "tidal.aten_call"(%x) {callee = "sort", overload = "", args = [0 : index]} : (tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @aten_call_unreferenced_operand(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'tidal.aten_call' op args must refer to each of its 2 operand(s) exactly once, got references [0]}}
+  %r = "tidal.aten_call"(%x, %y) {callee = "aten::neg", overload = "", args = [0 : index]} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @aten_call_missing_args(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{'tidal.aten_call' op requires array attribute 'args' (the operator's schema arguments)}}
+  %r = "tidal.aten_call"(%x) {callee = "aten::neg", overload = ""} : (tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}

@@ -41,12 +41,16 @@ def ctx():
 
 def test_every_op_has_one_registration_entry_with_its_rules():
     names = {e.name for e in all_ops()}
-    assert names == {"tidal.cond", "tidal.while", "tidal.scan", "tidal.associative_scan", "tidal.map"}
+    control_flow = {"tidal.cond", "tidal.while", "tidal.scan", "tidal.associative_scan", "tidal.map"}
+    assert names == control_flow | {"tidal.aten_call"}
     for e in all_ops():
         assert callable(e.verify) and callable(e.build), e.name
-        assert e.operands and e.regions and e.results and e.doc, e.name
-        rule = e.rule("lower-to-scf")
-        assert rule is not None and rule.fn.__module__.startswith("tidal.conversion.tidal_to_scf."), e.name
+        assert e.operands and e.results and e.doc, e.name
+        assert bool(e.regions) == (e.name in control_flow), e.name
+    for name in control_flow:
+        rule = op_entry(name).rule("lower-to-scf")
+        assert rule is not None and rule.fn.__module__.startswith("tidal.conversion.tidal_to_scf."), name
+    assert op_entry("tidal.aten_call").rule("cpu-aten-call").fn.__module__ == "tidal.backends.aten_runtime"
 
 
 def test_a_rule_is_attached_once():

@@ -19,5 +19,12 @@
 // CHECK-NEXT: builder {{ +}}tidal.dialects.scan.build_scan (dialects/scan.py:{{[0-9]+}})
 // CHECK: rules attached by transformations:
 // CHECK-NEXT: lower-to-scf {{ +}}tidal.conversion.tidal_to_scf.scan.lower_scan_to_scf (python/tidal/conversion/tidal_to_scf/scan.py:{{[0-9]+}})
+// CHECK-NEXT: (no rule from: cpu-aten-call)
 
-// UNKNOWN: tidal-opt: error: unknown op 'tidal.nope' (tidal ops: tidal.associative_scan, tidal.cond, tidal.map, tidal.scan, tidal.while)
+// UNKNOWN: tidal-opt: error: unknown op 'tidal.nope' (tidal ops: tidal.aten_call, tidal.associative_scan, tidal.cond, tidal.map, tidal.scan, tidal.while)
+
+// RUN: tidal-opt --describe-op tidal.aten_call | filecheck %s --check-prefix=ATEN
+// ATEN: tidal.aten_call: an ATen operator called as a library kernel
+// ATEN: rules attached by transformations:
+// ATEN-NEXT: cpu-aten-call {{ +}}tidal.backends.aten_runtime.lower_aten_call (python/tidal/backends/aten_runtime.py:{{[0-9]+}})
+// ATEN-NEXT: (no rule from: lower-to-scf)

@@ -18,6 +18,7 @@ import torch
 from torch_mlir import ir
 
 from tidal.dialects.aten_call import build_aten_call
+from tidal.dialects.types import tensor_spec
 from tidal.passes.registry import tidal_pass
 
 # torch dialect op name -> why ATen's kernel is used rather than torch-mlir's lowering.
@@ -95,8 +96,13 @@ def _constant(value: ir.Value):
     raise _NotEncodable(f"a non-constant {value.type} argument")
 
 
+# Element types a compiled program can hand to ATen (complex numbers do not reach native code).
+CALLABLE_DTYPES = ("f16", "bf16", "f32", "f64", "si64", "si32", "si16", "si8", "ui8", "i1")
+
+
 def _is_tensor(value: ir.Value) -> bool:
-    return str(value.type).startswith("!torch.vtensor")
+    spec = tensor_spec(value.type)
+    return spec is not None and spec.torch and spec.dtype in CALLABLE_DTYPES
 
 
 def _encode(value: ir.Value, schema_type, tensors: list[ir.Value]) -> ir.Attribute:
