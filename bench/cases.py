@@ -495,6 +495,73 @@ class ChunkedCE(Case):
         yield unit["cells"][0][0], unit["column"], rec
 
 
+def make_denoiser_sampler(c: int, device: str):
+    """A conv denoiser (Conv2d, GroupNorm, SiLU, a Linear on the timestep) applied over a
+    timestep schedule with scan, as a diffusion sampler does."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    class Denoiser(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_in = torch.nn.Conv2d(3, c, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(8, c)
+            self.time = torch.nn.Linear(1, c)
+            self.conv_out = torch.nn.Conv2d(c, 3, 3, padding=1)
+
+        def forward(self, x, t):
+            h = self.conv_in(x)
+            h = torch.nn.functional.silu(self.norm(h) + self.time(t.reshape(1, 1))[:, :, None, None])
+            return self.conv_out(h)
+
+    class Sampler(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.denoiser = Denoiser()
+
+        def forward(self, x, timesteps):
+            def step(x, t):
+                x = x - 0.1 * self.denoiser(x, t)
+                return x, x.mean()
+
+            return scan(step, x, timesteps)
+
+    torch.manual_seed(0)
+    return Sampler().eval().to(device)
+
+
+class ConvDenoiser(Case):
+    name = "conv_denoiser"
+    title = "Conv denoiser over a timestep schedule (scan; convolutions as ATen calls inside the loop)"
+    description = (
+        "x <- x - 0.1 * denoiser(x, t) for each t of a schedule, with scan; denoiser = Conv2d(3, c) -> "
+        "GroupNorm(8, c) + Linear(1, c)(t) -> SiLU -> Conv2d(c, 3), float32, batch 2."
+    )
+
+    def sizes(self, quick):
+        return [(4, 16, 16)] if quick else [(10, 32, 32), (10, 64, 64)]
+
+    def row_params(self, quick):
+        return {f"T={t} {n}x{n} c={c}": {"T": t, "N": n, "C": c} for t, n, c in self.sizes(quick)}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, [row], params=p) for row, p in self.row_params(quick).items() for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        program = make_denoiser_sampler(p["C"], ctx.device)
+        g = torch.Generator().manual_seed(6)
+        x = torch.randn(2, 3, p["N"], p["N"], generator=g).to(ctx.device)
+        ts = torch.linspace(1.0, 0.05, p["T"]).to(ctx.device)
+        with torch.no_grad():
+            ref = program(x, ts)
+        yield unit["cells"][0][0], unit["column"], measure(ctx, unit["backend"], program, (x, ts), reference=ref)
+
+
 def make_weight(p, device):
     import torch
 
@@ -502,4 +569,7 @@ def make_weight(p, device):
     return (torch.randn(p["d"], p["V"], generator=g) * p["d"] ** -0.5).to(device)
 
 
-CASES = {c.name: c for c in (CompileTime(), RnnScan(), WhileLoop(), AssociativeScan(), CondClamp(), ChunkedCE())}
+CASES = {
+    c.name: c
+    for c in (CompileTime(), RnnScan(), WhileLoop(), AssociativeScan(), CondClamp(), ChunkedCE(), ConvDenoiser())
+}

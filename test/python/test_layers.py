@@ -122,11 +122,21 @@ CASES = {
     "cat_stack": ((4, 8), lambda x: (torch.cat([x, x * 2], 1), torch.stack([x, -x], 0))),
     "split_chunk": ((4, 8), lambda x: (*torch.split(x, [3, 5], 1), *torch.chunk(x, 2, 0))),
 }
-# float16 runs on the CPU in eager: the same programs in half precision.
-HALF = {
-    "float16_elementwise": ((4, 16), lambda x: (torch.tanh(x) * 2 + x.exp(),)),
-    "float16_matmul": ((4, 16), lambda x: (x @ x.T,)),
-    "float16_softmax": ((4, 16), lambda x: (torch.softmax(x, -1),)),
+# float16 and bfloat16 run on the CPU in eager: the same programs in reduced precision.
+REDUCED = {
+    f"{prefix}_{name}": (dtype, shape, f)
+    for prefix, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16))
+    for name, (shape, f) in {
+        "elementwise": ((4, 16), lambda x: (torch.tanh(x) * 2 + x.exp(),)),
+        "matmul": ((4, 16), lambda x: (x @ x.T,)),
+        "softmax": ((4, 16), lambda x: (torch.softmax(x, -1),)),
+        "linear": ((4, 16), module(nn.Linear(16, 8).to(dtype))),
+    }.items()
+}
+TOLERANCE = {  # a few units in the last place of each format
+    torch.float32: {"rtol": 1e-4, "atol": 1e-5},
+    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
 }
 
 
@@ -164,12 +174,9 @@ def _inputs(shape, dtype):
 
 
 @pytest.mark.parametrize("mode", ["alone", "scan", "while"])
-@pytest.mark.parametrize(
-    "name", list(CASES) + list(HALF), ids=list(CASES) + list(HALF)
-)
+@pytest.mark.parametrize("name", list(CASES) + list(REDUCED))
 def test_layer_compiles_strictly_and_matches_eager(name, mode):
-    shape, f = CASES.get(name) or HALF[name]
-    dtype = torch.float16 if name in HALF else torch.float32
+    dtype, shape, f = REDUCED[name] if name in REDUCED else (torch.float32, *CASES[name])
     x = _inputs(shape, dtype)
     if mode == "alone":
         program, args = f, (x,)
@@ -180,5 +187,4 @@ def test_layer_compiles_strictly_and_matches_eager(name, mode):
     with torch.no_grad():
         expected = program(*args)
         got = torch.compile(program, backend="tidal", fullgraph=True)(*args)
-    tol = {"rtol": 2e-3, "atol": 2e-3} if dtype == torch.float16 else {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(got, expected, **tol)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])

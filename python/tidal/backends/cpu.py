@@ -32,7 +32,9 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-scf-to-cf, "
-    "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-math-to-llvm, "
+    "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, "
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
+    "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
     "reconcile-unrealized-casts, tidal-llvm-contract",
 )

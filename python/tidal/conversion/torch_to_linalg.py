@@ -120,11 +120,6 @@ def check_supported(module_op):
                     f"'{op.name}' op works on 8-bit integer tensors ({v.type}), which torch-mlir's "
                     f"lowering does not handle", op.location))
                 return ir.WalkResult.ADVANCE
-            if spec is not None and spec.dtype == "bf16":
-                problems.append(TidalUnsupported(
-                    f"'{op.name}' op works on bfloat16 tensors ({v.type}); the CPU JIT lacks the "
-                    f"float->bfloat16 conversion routine (__truncsfbf2)", op.location))
-                return ir.WalkResult.ADVANCE
         if op.name in _INTEGER_DIVISIONS:
             spec = tensor_spec(op.results[0].type)
             if spec is not None and spec.dtype.startswith(("si", "ui")):
