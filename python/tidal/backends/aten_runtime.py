@@ -83,9 +83,15 @@ def _decl(name: str, sig: str) -> str:
 
 
 class _Emitter:
-    """MLIR text of one helper function; fresh SSA names from one counter."""
+    """MLIR text of one helper function; fresh SSA names from one counter.
+
+    Stack slots go to the entry block (`prologue`) even when used inside an `scf.if`: LLVM hoists
+    only entry-block allocas when it inlines the helper into a loop body; any other alloca would
+    grow the stack on every iteration.
+    """
 
     def __init__(self):
+        self.prologue: list[str] = []
         self.lines: list[str] = []
         self._ids = itertools.count()
 
@@ -106,9 +112,9 @@ class _Emitter:
         return r
 
     def alloca(self, elem: str) -> str:
-        one = self.const_i64(1)
-        r = self.fresh("slot")
-        self.emit(f"{r} = llvm.alloca {one} x {elem} : (i64) -> !llvm.ptr")
+        one, r = self.fresh("c"), self.fresh("slot")
+        self.prologue.append(f"  {one} = llvm.mlir.constant(1 : i64) : i64")
+        self.prologue.append(f"  {r} = llvm.alloca {one} x {elem} : (i64) -> !llvm.ptr")
         return r
 
     def call(self, name: str, args: list[str]) -> str:
@@ -314,7 +320,7 @@ def _helper_text(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
         e.emit("}")
         outs.append(buf)
     e.emit(f"return {', '.join(outs)} : {results}")
-    return "\n".join([header, *e.lines, "}"]) + "\n"
+    return "\n".join([header, *e.prologue, *e.lines, "}"]) + "\n"
 
 
 @CPU_CALL.rule(ATEN_CALL)
