@@ -90,7 +90,6 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
 
     from tidal.diagnostics import TidalUnsupported
     from tidal.importer import import_exported
-    from tidal.runtime import NativeFunction, cache, signature_of
 
     mutated = dict(ep.graph_signature.user_inputs_to_mutate) | dict(ep.graph_signature.buffers_to_mutate)
     if mutated:
@@ -103,7 +102,15 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
         if not (isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)):
             kind = type(value.meta.get("val") if isinstance(value, torch.fx.Node) else value).__name__
             raise TidalUnsupported(f"the program returns a {kind}; tidal compiles programs whose outputs are tensors")
-    prog = import_exported(ep, func_name)
+    native = native_function(import_exported(ep, func_name), dump_dir)
+    return CompiledProgram(native, ep.call_spec.out_spec, len(native.args))
+
+
+def native_function(prog, dump_dir: str | None = None):
+    """Lower an imported program to native code, or load it from the cache (in memory, on disk)."""
+    from tidal.runtime import NativeFunction, cache, signature_of
+
+    func_name = prog.func_name
     lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
     with prog.context:
         args, results = signature_of(prog.module, func_name)
@@ -118,7 +125,39 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
         cache.remember(key, native)
     elif dump_dir:  # a cache hit still dumps every stage, for the user inspecting the IR
         lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
-    return CompiledProgram(native, ep.call_spec.out_spec, len(args))
+    return native
+
+
+class GraphProgram:
+    """A compiled aten-level graph called with the graph's own (boxed) arguments: tensors and
+    scalars in, tensors and Python scalars out (`BoundaryPlan`)."""
+
+    def __init__(self, native, plan):
+        self.native = native
+        self.plan = plan
+
+    def __call__(self, args):
+        return self.plan.results(self.native(*self.plan.arguments(args)))
+
+
+def compile_graph_module(gm, example_inputs, dump_dir: str | None = None) -> GraphProgram:
+    """Compile an aten-level FX graph with the control-flow HOPs kept (aot_autograd's forward
+    graph of a Dynamo graph): no second export, so Dynamo's symbolic sizes, Python-int carries
+    and shape predicates reach tidal as they are, as 0-d tensors at the boundaries."""
+    import torch
+
+    from tidal.importer import import_graph_module
+    from tidal.importer.capture import rewrite_contiguous_as_strided
+    from tidal.importer.scalars import tensorize_scalars
+
+    fake_mode = torch._guards.detect_fake_mode(example_inputs) or torch._subclasses.FakeTensorMode()
+    rewrite_contiguous_as_strided(gm)
+    plan = tensorize_scalars(gm, fake_mode)
+    if dump_dir:
+        os.makedirs(dump_dir, exist_ok=True)
+        with open(os.path.join(dump_dir, "aten_graph.py"), "w") as f:
+            f.write(gm.print_readable(print_output=False))
+    return GraphProgram(native_function(import_graph_module(gm), dump_dir), plan)
 
 
 def _pipeline_text(stage: str) -> str:

@@ -1,22 +1,26 @@
 """`torch.compile(model, backend="tidal")`: Dynamo graphs compiled to native code.
 
 Dynamo hands the backend a torch-level FX graph in which `cond`, `while_loop`, `scan` and `map`
-are HOPs. The backend returns a callable that, per input signature (shapes, dtypes, non-tensor
-values), re-exports the graph with torch.export (giving aten ops + HOPs), compiles it through
-tidal, and caches the result: dynamic shapes are handled by specializing and caching.
+are HOPs. aot_autograd (the path Inductor takes) traces it ONCE more, with Dynamo's own fake
+tensors and symbolic sizes, into an aten-level graph that keeps the HOPs and their subgraphs,
+applies the decomposition table and removes mutation; tidal compiles that graph on its first
+call. There is no second `torch.export`: sizes Dynamo made symbolic stay symbolic (one program
+for all sizes), and Python ints, SymInts and SymBools at control-flow boundaries become 0-d
+tensors inside the program (`tidal.importer.scalars`). Dynamo recompiles on its own guards, so
+each graph tidal sees is compiled once.
 
-Anything tidal cannot compile runs in eager for that graph, with ONE warning naming the op and
-its source line — never a wrong result. In strict mode (`options={"fallback": "error"}` or
-`TIDAL_FALLBACK=error`) it raises `TidalCompileError` instead: a test or benchmark that expects
-tidal to compile must not pass by running eager.
+Anything tidal cannot compile runs in eager for that graph (the aten graph, run by PyTorch), with
+ONE warning naming the op and its source line — never a wrong result. In strict mode
+(`options={"fallback": "error"}` or `TIDAL_FALLBACK=error`) it raises `TidalCompileError`
+instead: a test or benchmark that expects tidal to compile must not pass by running eager.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import warnings
-from collections import OrderedDict
 
 import torch
 
@@ -24,7 +28,6 @@ from tidal.diagnostics import TidalError
 
 __all__ = ["TidalCompileError", "TidalFallbackWarning", "tidal_backend"]
 
-MAX_SPECIALIZATIONS = 8
 _graph_ids = itertools.count()
 
 
@@ -54,153 +57,87 @@ def fallback_mode(options: dict) -> str:
     return mode
 
 
-def _signature(args) -> tuple:
-    return tuple(
-        (tuple(a.shape), a.dtype, a.device.type, a.requires_grad) if isinstance(a, torch.Tensor) else (type(a), a)
-        for a in args
-    )
+def _unsupported_inputs(example_inputs) -> str | None:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return (
+            "training (inputs that require grad) is not supported yet: tidal's autodiff lands "
+            "with the autodiff issue; run inference under torch.no_grad()"
+        )
+    for t in tensors:
+        if t.device.type != "cpu":
+            return f"inputs on {t.device} (the CPU backend runs CPU tensors)"
+        if t.layout != torch.strided:
+            return f"{t.layout} tensors"
+        if t.is_quantized:
+            return "quantized tensors"
+        if t.is_complex():
+            return f"complex dtype {t.dtype}"
+    return None
 
 
-def symbolic_inputs(gm: torch.fx.GraphModule):
-    """Where Dynamo made sizes symbolic: ({tensor input: [dims]}, {int input: (tensor input, dim)}).
+class _Fallback:
+    """Runs a graph in eager PyTorch; warns once (or raises, in strict mode) when first called."""
 
-    None when there is nothing symbolic, or when an int input is not simply a size of some tensor
-    input (then it cannot be recomputed from the tensors, and tidal specializes instead).
-    """
-    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
-    dims: dict[int, list[int]] = {}
-    size_of: dict[str, tuple[int, int]] = {}
-    for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor):
-            for d, size in enumerate(v.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    dims.setdefault(i, []).append(d)
-                    size_of.setdefault(str(size), (i, d))
-    ints: dict[int, tuple[int, int]] = {}
-    for i, v in enumerate(values):
-        if isinstance(v, torch.SymInt):
-            if str(v) not in size_of:
-                return None
-            ints[i] = size_of[str(v)]
-        elif v is not None and not isinstance(v, torch.Tensor):
-            return None
-    return (dims, ints) if dims else None
+    _boxed_call = True
+
+    def __init__(self, run, reason: str, strict: bool, cause: BaseException | None = None):
+        self.run = run
+        self.reason = reason
+        self.strict = strict
+        self.cause = cause
+        self.warned = False
+
+    def __call__(self, args):
+        if self.strict:
+            raise TidalCompileError(self.reason) from self.cause
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"tidal cannot compile this graph ({self.reason}); it runs in eager PyTorch",
+                TidalFallbackWarning,
+                stacklevel=2,
+            )
+        return self.run(args)
 
 
 class TidalCompiledGraph:
-    """What the backend returns to Dynamo: compiles lazily per input signature.
+    """aot_autograd's forward graph, compiled by tidal on its first call (boxed calling
+    convention: one list of tensors and scalars in, a list of results out)."""
 
-    When Dynamo has made some sizes symbolic (it does so after seeing a second shape), tidal first
-    tries ONE program with those dims dynamic (`?` in the IR); if that cannot be compiled, it
-    specializes per input signature and caches each program.
-    """
+    _boxed_call = True
 
-    def __init__(self, gm: torch.fx.GraphModule, options: dict):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, options: dict, graph_id: int):
         self.gm = gm
+        self.example_inputs = list(example_inputs)
         self.options = options
-        self.strict = fallback_mode(options) == "error"
-        self.graph_id = next(_graph_ids)
-        self.programs: OrderedDict = OrderedDict()
-        self.fallback_reason: str | None = None
-        self.compilations = 0
-        self.symbolic = symbolic_inputs(gm)
-        self.dynamic_program = None  # compiled once for all sizes of the symbolic dims
+        self.graph_id = graph_id
+        self.program = None
+        self.fallback: _Fallback | None = None
 
-    def __call__(self, *args):
-        if self.fallback_reason is not None:
-            return self.gm(*args)
-        reason = self._unsupported_call(args)
-        if reason is not None:
-            return self._fall_back(reason, args)
-        if self.symbolic is not None and all(
-            args[i].shape[d] >= 2 for i, ds in self.symbolic[0].items() for d in ds
-        ):
-            if self.dynamic_program is None:
-                try:
-                    self.dynamic_program = self._compile(args, dynamic=True)
-                except Exception:  # noqa: BLE001 - not compilable for symbolic sizes: specialize
-                    self.symbolic = None
-            if self.dynamic_program is not None:
-                return self.dynamic_program.call_flat([a for a in args if isinstance(a, torch.Tensor)])
-        key = _signature(args)
-        program = self.programs.get(key)
-        if program is None:
-            try:
-                program = self._compile(args)
-            except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
-                return self._fall_back(_describe(exc), args, cause=exc)
-            self.programs[key] = program
-            if len(self.programs) > MAX_SPECIALIZATIONS:
-                self.programs.popitem(last=False)
-        else:
-            self.programs.move_to_end(key)
-        return program.call_flat([a for a in args if isinstance(a, torch.Tensor)])
+    def __call__(self, args):
+        if self.program is None and self.fallback is None:
+            self._compile()
+        if self.fallback is not None:
+            return self.fallback(args)
+        return self.program(args)
 
-    def _unsupported_call(self, args) -> str | None:
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return (
-                "training (inputs that require grad) is not supported yet: tidal's autodiff lands "
-                "with the autodiff issue; run inference under torch.no_grad()"
-            )
-        for t in tensors:
-            if t.device.type != "cpu":
-                return f"inputs on {t.device} (the CPU backend runs CPU tensors)"
-            if t.layout != torch.strided:
-                return f"{t.layout} tensors"
-            if t.is_quantized:
-                return "quantized tensors"
-            if t.is_complex():
-                return f"complex dtype {t.dtype}"
-        return None
+    def _compile(self) -> None:
+        from tidal.compiler import compile_graph_module
 
-    def _compile(self, args, dynamic: bool = False):
-        from torch.export import Dim
-
-        from tidal.compiler import compile_exported
-        from tidal.importer import export_program
-
+        strict = fallback_mode(self.options) == "error"
         dump_dir = self.options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
         if dump_dir:
-            dump_dir = os.path.join(dump_dir, f"graph{self.graph_id}-{self.compilations}")
-            os.makedirs(dump_dir, exist_ok=True)
-            with open(os.path.join(dump_dir, "fx_graph.py"), "w") as f:
-                f.write(self.gm.code)
-        self.compilations += 1
-        # Specialized: non-tensor inputs (symbolic sizes, Python scalars) are baked in, and the
-        # signature key includes their values. Dynamic: each symbolic size is recomputed from the
-        # tensor dim it names, so it stays symbolic through export.
-        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        gm, frozen = self.gm, list(args)
-        dims, ints = self.symbolic if dynamic else ({}, {})
+            dump_dir = os.path.join(dump_dir, f"graph{self.graph_id}")
+        # Compile a copy: tidal's FX passes rewrite the graph (and its signature) in place, and
+        # the eager fallback runs the original.
+        gm = copy.deepcopy(self.gm)
+        try:
+            self.program = compile_graph_module(gm, self.example_inputs, dump_dir=dump_dir)
+        except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
+            self.fallback = _Fallback(self._eager, _describe(exc), strict, cause=exc)
 
-        def tensors_only(*tensors):
-            full = list(frozen)
-            for i, t in zip(positions, tensors):
-                full[i] = t
-            for i, (t, d) in ints.items():
-                full[i] = full[t].shape[d]
-            # Interpreting node by node (with preserve_node_meta below) carries each Dynamo
-            # node's stack trace into the exported graph, so diagnostics name the user's lines.
-            return torch.fx.Interpreter(gm).run(*full)
-
-        dynamic_shapes = None
-        if dynamic:
-            dynamic_shapes = tuple({d: Dim.DYNAMIC for d in dims[i]} if i in dims else None for i in positions)
-        with warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
-            warnings.simplefilter("ignore", FutureWarning)
-            ep = export_program(tensors_only, tuple(args[i] for i in positions), dynamic_shapes=dynamic_shapes)
-        return compile_exported(ep, dump_dir=dump_dir)
-
-    def _fall_back(self, reason: str, args, cause: BaseException | None = None):
-        if self.strict:
-            raise TidalCompileError(reason) from cause
-        self.fallback_reason = reason
-        warnings.warn(
-            f"tidal cannot compile this graph ({reason}); it runs in eager PyTorch",
-            TidalFallbackWarning,
-            stacklevel=2,
-        )
+    def _eager(self, args):
         return self.gm(*args)
 
 
@@ -219,7 +156,27 @@ def _describe(exc: BaseException) -> str:
 
 def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     """The `torch.compile` backend registered as "tidal"."""
-    return TidalCompiledGraph(gm, dict(options or {}))
+    from torch._dynamo.backends.common import aot_autograd
+
+    from tidal.importer.capture import decomposition_table
+
+    options = dict(options or {})
+    fallback_mode(options)  # reject an unknown mode when compiling, not at the first call
+    graph_id = next(_graph_ids)
+    reason = _unsupported_inputs(example_inputs)
+    if reason is not None:  # training, devices, layouts: eager autograd on Dynamo's own graph
+        fallback = _Fallback(lambda args: gm(*args), reason, fallback_mode(options) == "error")
+        return lambda *args: fallback(list(args))
+    dump_dir = options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
+    if dump_dir:
+        os.makedirs(os.path.join(dump_dir, f"graph{graph_id}"), exist_ok=True)
+        with open(os.path.join(dump_dir, f"graph{graph_id}", "fx_graph.py"), "w") as f:
+            f.write(gm.code)
+
+    def forward_compiler(aten_gm, aten_inputs):
+        return TidalCompiledGraph(aten_gm, aten_inputs, options, graph_id)
+
+    return aot_autograd(fw_compiler=forward_compiler, decompositions=decomposition_table())(gm, example_inputs)
 
 
 def register() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch_mlir import ir
 
+from tidal.diagnostics import TidalUnsupported
 from tidal.dialects.aten_call import build_aten_call
 from tidal.dialects.types import tensor_spec
 from tidal.passes.registry import tidal_pass
@@ -150,21 +151,29 @@ def _encode(value: ir.Value, schema_type, tensors: list[ir.Value]) -> ir.Attribu
     raise _NotEncodable(f"a {kind} argument")
 
 
-def to_aten_call(op: ir.Operation) -> ir.Operation | None:
-    """Replace `op` by an equivalent `tidal.aten_call`; None (op untouched) when not expressible."""
+def _why_not(op: ir.Operation, names, schema) -> str | None:
+    if schema is None:
+        return "PyTorch has no such operator" if names else "not an aten operator"
+    if schema.is_mutable:
+        return "it mutates its arguments"
+    if len(schema.arguments) != len(op.operands) or len(schema.returns) != len(op.results):
+        return "its operands do not match the operator's schema"
+    bad = [str(r.type) for r in op.results if not _is_tensor(r)]
+    if bad or not op.results:
+        return f"it returns {', '.join(bad) or 'nothing'} (ATen calls return {', '.join(CALLABLE_DTYPES)} tensors)"
+    return None
+
+
+def to_aten_call(op: ir.Operation) -> ir.Operation:
+    """Replace `op` by an equivalent `tidal.aten_call`; raises _NotEncodable (op untouched) with
+    the reason when the call cannot be expressed."""
     names = aten_name(op)
     schema = schema_of(*names) if names else None
-    if schema is None or schema.is_mutable or len(schema.arguments) != len(op.operands):
-        return None
-    if not op.results or not all(_is_tensor(r) for r in op.results):
-        return None
-    if len(schema.returns) != len(op.results):
-        return None
+    reason = _why_not(op, names, schema)
+    if reason is not None:
+        raise _NotEncodable(reason)
     tensors: list[ir.Value] = []
-    try:
-        args = [_encode(v, a.type, tensors) for v, a in zip(op.operands, schema.arguments)]
-    except _NotEncodable:
-        return None
+    args = [_encode(v, a.type, tensors) for v, a in zip(op.operands, schema.arguments)]
     with ir.InsertionPoint(op):
         call = build_aten_call(names[0], names[1], tensors, args, [r.type for r in op.results], loc=op.location)
     for old, new in zip(op.results, call.results):
@@ -190,4 +199,13 @@ def aten_calls(module_op, leftovers: str = "0"):
 
     module_op.walk(visit)
     for op in found:
-        to_aten_call(op)
+        try:
+            to_aten_call(op)
+        except _NotEncodable as e:
+            if op.name == OPERATOR:  # torch-mlir knows no lowering for it either: say why here
+                name = ir.StringAttr(op.attributes["name"]).value
+                raise TidalUnsupported(
+                    f"'{name}' op has no lowering in torch-mlir and cannot run as an ATen call: {e}",
+                    op.location,
+                ) from None
+            # otherwise torch-mlir lowers it, or tidal-check-torch-lowered reports it
