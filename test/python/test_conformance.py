@@ -92,3 +92,24 @@ def test_one_program_serves_every_size(monkeypatch):
             x = torch.randn(n, 3)
             torch.testing.assert_close(compiled(x), shape_predicate(x))
     assert len(programs) == 2  # the first size statically, then one program for every size
+
+
+def _hop_db_cases():
+    from torch.testing._internal.hop_db import hop_db
+
+    # while_loop_stack_output (every iteration's carries stacked, a growing buffer) is the HOP
+    # PyTorch's while_loop autograd uses internally: it lands with tidal's autodiff.
+    kept = ("cond", "while_loop", "scan", "map", "associative_scan")
+    return [pytest.param(info, id=f"{info.name}-{info.variant_test_name}") for info in hop_db if info.name in kept]
+
+
+@pytest.mark.parametrize("info", _hop_db_cases())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pytorch_hop_db_program(info, dtype):
+    """Every control-flow program of PyTorch's own HOP OpInfo database (torch/testing/_internal/hop_db.py)."""
+    for sample in info.sample_inputs("cpu", dtype, requires_grad=False):
+        args = (sample.input, *sample.args)
+        torch._dynamo.reset()
+        compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(*args, **sample.kwargs), info.op(*args, **sample.kwargs))
