@@ -7,6 +7,8 @@ table shows, and how to summarise its rows. torch is imported only on the child 
 
 from __future__ import annotations
 
+import os
+
 BACKENDS = ("eager", "inductor", "tidal")
 
 
@@ -496,38 +498,16 @@ class ChunkedCE(Case):
 
 
 def make_denoiser_sampler(c: int, device: str):
-    """A conv denoiser (Conv2d, GroupNorm, SiLU, a Linear on the timestep) applied over a
-    timestep schedule with scan, as a diffusion sampler does."""
+    """test/corpus/conv_denoiser_scan.py's sampler (a conv denoiser over a timestep schedule with
+    scan) with `c` channels."""
     import torch
-    from torch._higher_order_ops import scan
 
-    class Denoiser(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv_in = torch.nn.Conv2d(3, c, 3, padding=1)
-            self.norm = torch.nn.GroupNorm(8, c)
-            self.time = torch.nn.Linear(1, c)
-            self.conv_out = torch.nn.Conv2d(c, 3, 3, padding=1)
+    from tidal.tools.tidal_compile import load_program_file
 
-        def forward(self, x, t):
-            h = self.conv_in(x)
-            h = torch.nn.functional.silu(self.norm(h) + self.time(t.reshape(1, 1))[:, :, None, None])
-            return self.conv_out(h)
-
-    class Sampler(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.denoiser = Denoiser()
-
-        def forward(self, x, timesteps):
-            def step(x, t):
-                x = x - 0.1 * self.denoiser(x, t)
-                return x, x.mean()
-
-            return scan(step, x, timesteps)
-
+    corpus = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "corpus")
+    model, _ = load_program_file(os.path.join(corpus, "conv_denoiser_scan.py"))
     torch.manual_seed(0)
-    return Sampler().eval().to(device)
+    return type(model)(c).eval().to(device)
 
 
 class ConvDenoiser(Case):
@@ -535,7 +515,8 @@ class ConvDenoiser(Case):
     title = "Conv denoiser over a timestep schedule (scan; convolutions as ATen calls inside the loop)"
     description = (
         "x <- x - 0.1 * denoiser(x, t) for each t of a schedule, with scan; denoiser = Conv2d(3, c) -> "
-        "GroupNorm(8, c) + Linear(1, c)(t) -> SiLU -> Conv2d(c, 3), float32, batch 2."
+        "GroupNorm(4, c) + Linear(1, c)(t) -> SiLU -> Conv2d(c, 3), float32, batch 2 "
+        "(test/corpus/conv_denoiser_scan.py)."
     )
 
     def sizes(self, quick):

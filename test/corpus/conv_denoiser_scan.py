@@ -21,9 +21,9 @@ class Denoiser(torch.nn.Module):
 
 
 class Sampler(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, c=8):
         super().__init__()
-        self.denoiser = Denoiser()
+        self.denoiser = Denoiser(c)
 
     def forward(self, x, timesteps):
         def step(x, t):

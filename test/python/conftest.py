@@ -19,3 +19,19 @@ def _fresh_dynamo():
 
     torch._dynamo.reset()
     yield
+
+
+@pytest.fixture
+def compiled_programs(monkeypatch):
+    """The programs tidal compiles for torch.compile in this test, in order (one per Dynamo graph)."""
+    import tidal.compiler
+
+    programs = []
+    original = tidal.compiler.compile_graph_module
+
+    def recording(*args, **kwargs):
+        programs.append(original(*args, **kwargs))
+        return programs[-1]
+
+    monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
+    return programs

@@ -165,18 +165,9 @@ def test_backend_is_found_without_importing_tidal():
     assert done.stdout.strip().endswith("ok")
 
 
-def test_symbolic_sequence_length_compiles_once(monkeypatch):
+def test_symbolic_sequence_length_compiles_once(compiled_programs):
     """After Dynamo makes the length symbolic, one tidal program (dynamic `?` dim) serves all."""
-    import tidal.compiler
-
-    programs = []
-    original = tidal.compiler.compile_graph_module
-
-    def recording(*args, **kwargs):
-        programs.append(original(*args, **kwargs))
-        return programs[-1]
-
-    monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
+    programs = compiled_programs
     model = TinyRNN()
     compiled = torch.compile(model, backend="tidal")
     with torch.no_grad():

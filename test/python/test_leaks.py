@@ -109,19 +109,10 @@ def test_memory_cache_stays_bounded(monkeypatch):
             torch.testing.assert_close(program(*ARGS), scaled_loop(k)(*ARGS))
 
 
-def test_python_int_input_is_an_argument_not_a_specialization(monkeypatch):
+def test_python_int_input_is_an_argument_not_a_specialization(compiled_programs):
     """A Python int input that Dynamo makes symbolic (after its second value) reaches the program
     as a 0-d tensor argument: one program serves every later value, none is baked in."""
-    import tidal.compiler
-
-    programs = []
-    original = tidal.compiler.compile_graph_module
-
-    def recording(*args, **kwargs):
-        programs.append(original(*args, **kwargs))
-        return programs[-1]
-
-    monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
+    programs = compiled_programs
 
     def model(xs, n):
         c, ys = scan(lambda c, x: (torch.tanh(c + x * n), c * 2), torch.zeros(3), xs)
