@@ -107,11 +107,11 @@ class TidalCompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, options: dict, graph_id: int):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, strict: bool, dump_dir: str | None):
         self.gm = gm
         self.example_inputs = list(example_inputs)
-        self.options = options
-        self.graph_id = graph_id
+        self.strict = strict
+        self.dump_dir = dump_dir
         self.program = None
         self.fallback: _Fallback | None = None
 
@@ -125,17 +125,13 @@ class TidalCompiledGraph:
     def _compile(self) -> None:
         from tidal.compiler import compile_graph_module
 
-        strict = fallback_mode(self.options) == "error"
-        dump_dir = self.options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
-        if dump_dir:
-            dump_dir = os.path.join(dump_dir, f"graph{self.graph_id}")
         # Compile a copy: tidal's FX passes rewrite the graph (and its signature) in place, and
         # the eager fallback runs the original.
         gm = copy.deepcopy(self.gm)
         try:
-            self.program = compile_graph_module(gm, self.example_inputs, dump_dir=dump_dir)
+            self.program = compile_graph_module(gm, self.example_inputs, dump_dir=self.dump_dir)
         except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
-            self.fallback = _Fallback(self._eager, _describe(exc), strict, cause=exc)
+            self.fallback = _Fallback(self._eager, _describe(exc), self.strict, cause=exc)
 
     def _eager(self, args):
         return self.gm(*args)
@@ -161,20 +157,20 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     from tidal.importer.capture import decomposition_table
 
     options = dict(options or {})
-    fallback_mode(options)  # reject an unknown mode when compiling, not at the first call
-    graph_id = next(_graph_ids)
+    strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
     reason = _unsupported_inputs(example_inputs)
     if reason is not None:  # training, devices, layouts: eager autograd on Dynamo's own graph
-        fallback = _Fallback(lambda args: gm(*args), reason, fallback_mode(options) == "error")
+        fallback = _Fallback(lambda args: gm(*args), reason, strict)
         return lambda *args: fallback(list(args))
     dump_dir = options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
     if dump_dir:
-        os.makedirs(os.path.join(dump_dir, f"graph{graph_id}"), exist_ok=True)
-        with open(os.path.join(dump_dir, f"graph{graph_id}", "fx_graph.py"), "w") as f:
+        dump_dir = os.path.join(dump_dir, f"graph{next(_graph_ids)}")
+        os.makedirs(dump_dir, exist_ok=True)
+        with open(os.path.join(dump_dir, "fx_graph.py"), "w") as f:
             f.write(gm.code)
 
     def forward_compiler(aten_gm, aten_inputs):
-        return TidalCompiledGraph(aten_gm, aten_inputs, options, graph_id)
+        return TidalCompiledGraph(aten_gm, aten_inputs, strict, dump_dir)
 
     return aot_autograd(fw_compiler=forward_compiler, decompositions=decomposition_table())(gm, example_inputs)
 
