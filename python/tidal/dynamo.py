@@ -134,7 +134,15 @@ class TidalCompiledGraph:
             self.fallback = _Fallback(self._eager, _describe(exc), self.strict, cause=exc)
 
     def _eager(self, args):
-        return self.gm(*args)
+        return _run_eager(self.gm, args)
+
+
+def _run_eager(gm, args):
+    """Run a graph tidal traced in eager PyTorch: its associative_scan HOPs hold per-slice combines."""
+    from tidal.importer.associative_scan_capture import eager_associative_scan
+
+    with eager_associative_scan():
+        return gm(*args)
 
 
 def _describe(exc: BaseException) -> str:
@@ -160,7 +168,7 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
     reason = _unsupported_inputs(example_inputs)
     if reason is not None:  # training, devices, layouts: eager autograd on Dynamo's own graph
-        fallback = _Fallback(lambda args: gm(*args), reason, strict)
+        fallback = _Fallback(lambda args: _run_eager(gm, args), reason, strict)
         return lambda *args: fallback(list(args))
     dump_dir = options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
     if dump_dir:
@@ -178,6 +186,10 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 def register() -> None:
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
+    from tidal.importer.associative_scan_capture import install_dynamo_polyfill
+
+    # Before Dynamo traces anything for this backend: generic associative_scan stays one HOP.
+    install_dynamo_polyfill()
     if "tidal" not in _BACKENDS:
         register_backend(name="tidal")(tidal_backend)
 

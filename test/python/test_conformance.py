@@ -107,3 +107,83 @@ def test_pytorch_hop_db_program(info, dtype):
         compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
         with torch.no_grad():
             torch.testing.assert_close(compiled(*args, **sample.kwargs), info.op(*args, **sample.kwargs))
+
+
+# -- associative_scan under torch.compile: one op, any combine, nested or not ----------------------
+
+
+def linear_recurrence(a, b):
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    return associative_scan(combine, (a, b), dim=0, combine_mode="generic")[1]
+
+
+def matrix_products(m):
+    """Not elementwise: products of 2x2 matrices, scanned from the end along dim 1."""
+    return associative_scan(lambda p, q: p @ q, m, dim=1, reverse=True, combine_mode="generic")
+
+
+def associative_scan_in_cond(p, x):
+    def then(x):
+        return associative_scan(lambda a, b: torch.maximum(a, b), x, dim=0, combine_mode="generic")
+
+    return torch.cond(p.sum() > 0, then, lambda x: x.clone(), (x,))
+
+
+ASSOCIATIVE_SCANS = {
+    "linear_recurrence": (linear_recurrence, lambda t: (0.5 + 0.5 * torch.rand(t, 16), torch.randn(t, 16))),
+    "matrix_products": (matrix_products, lambda t: (0.5 * torch.randn(3, t, 2, 2),)),
+    "in_scan": (associative_scan_in_scan, lambda t: (torch.zeros(t, 4), torch.randn(3, t, 4))),
+    "in_cond": (associative_scan_in_cond, lambda t: (torch.ones(()), torch.randn(t, 5))),
+}
+
+
+def _imported_ir(tmp_path, fn, args) -> str:
+    compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"dump_dir": str(tmp_path)})
+    with torch.no_grad():
+        # eager combines in a tree, tidal's CPU loop in sequence: sums over 1000 steps round apart
+        torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
+    return "\n".join(p.read_text() for p in sorted(tmp_path.glob("graph*/00-torch.mlir")))
+
+
+@pytest.mark.parametrize("length", [8, 1000])
+@pytest.mark.parametrize("name", list(ASSOCIATIVE_SCANS))
+def test_generic_associative_scan_stays_one_op_under_dynamo(tmp_path, name, length):
+    """Dynamo would trace torch's recursive algorithm (hundreds of ops growing with log T, seconds
+    to compile); tidal keeps ONE tidal.associative_scan, so the program does not grow with T."""
+    fn, make_args = ASSOCIATIVE_SCANS[name]
+    text = _imported_ir(tmp_path, fn, make_args(length))
+    assert text.count('"tidal.associative_scan"') == 1, text
+    assert text.count("torch.aten.") < 25, text
+
+
+def test_other_backends_still_trace_torchs_algorithm():
+    """Only graphs for tidal keep the HOP: Inductor cannot compile it on the CPU."""
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    a, b = ASSOCIATIVE_SCANS["linear_recurrence"][1](16)
+    torch.compile(linear_recurrence, backend=recording_backend, fullgraph=True)(a, b)
+    (gm,) = graphs
+    targets = [str(n.target) for n in gm.graph.nodes]
+    assert not any("associative_scan" in t for t in targets)
+    assert len(targets) > 50  # torch's expansion
+
+
+def test_eager_fallback_of_a_graph_with_a_generic_combine_matches_eager():
+    """A graph tidal hands back to eager runs the HOP's eager kernel, which must vmap a combine that
+    is not elementwise (torch's kernel calls it on whole batches of slices)."""
+    from tidal.dynamo import TidalFallbackWarning
+
+    def products_and_int8(m, k):
+        return matrix_products(m), k * k  # 8-bit integer arithmetic: tidal refuses it
+
+    m, k = 0.5 * torch.randn(2, 6, 2, 2), torch.arange(4, dtype=torch.int8)
+    compiled = torch.compile(products_and_int8, backend="tidal", fullgraph=True, options={"fallback": "warn"})
+    with torch.no_grad(), pytest.warns(TidalFallbackWarning, match="8-bit"):
+        got = compiled(m, k)
+    torch.testing.assert_close(got, products_and_int8(m, k))

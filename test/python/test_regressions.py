@@ -56,11 +56,10 @@ def assoc_in_cond(p, x):
     return torch.cond(p.sum() > 0, then, lambda x: x.clone(), (x,))
 
 
-@pytest.mark.xfail(strict=True, reason="associative_scan nested inside another control-flow op (cond, "
-                   "while_loop, scan, map) cannot be captured: keep_associative_scan's hook is traced by "
-                   "Dynamo inside the outer HOP (vmap 'tensor escaped' RuntimeError / "
-                   "UncapturedHigherOrderOpError), so compile_program raises and torch.compile falls back")
 def test_regression_associative_scan_nested_in_cond():
+    """Fixed by the Dynamo polyfill of associative_scan (export traces cond branches with Dynamo).
+    Was: keep_associative_scan's hook, traced by Dynamo inside the outer HOP, raised vmap's
+    'tensor escaped' error, so compile_program failed."""
     from tidal.compiler import compile_program
 
     args = (torch.ones(()), torch.arange(4.0))

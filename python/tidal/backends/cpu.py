@@ -15,11 +15,13 @@ from tidal.passes.registry import tidal_pass, tidal_pipeline
 
 # torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
 # bufferization model: One-Shot leaves them to torch-mlir's own tm-tensor-bufferize, which runs
-# right after it, and tm-tensor-to-loops lowers them with the linalg loops.
+# right after it, and tm-tensor-to-loops lowers them with the linalg loops. Buffer hoisting then
+# moves a loop body's temporaries of fixed size out of the loop (one allocation, not one per
+# iteration; buffers a loop yields stay inside).
 BUFFERIZE = (
     "one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
-    "func.func(tm-tensor-bufferize), canonicalize"
+    "func.func(tm-tensor-bufferize), canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
 
 LINALG_TO_LLVM = tidal_pipeline(

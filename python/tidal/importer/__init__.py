@@ -10,7 +10,8 @@ from torch_mlir import ir
 from tidal.context import make_context
 from tidal.diagnostics import TidalUnsupported
 from tidal.dialects import check_module
-from tidal.importer.capture import export_program, keep_associative_scan
+from tidal.importer.associative_scan_capture import keep_associative_scan
+from tidal.importer.capture import export_program
 from tidal.importer.fx_importer import TidalFxImporter, user_frame
 
 __all__ = [

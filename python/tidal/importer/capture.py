@@ -1,89 +1,17 @@
 """Capture a PyTorch program as an ExportedProgram whose control-flow operators stay HOPs.
 
-torch.export keeps `cond`, `while_loop`, `scan` and `map` as higher-order ops, but expands
-`associative_scan(..., combine_mode="generic")` into its recursive aten formulation (hundreds of
-nodes for T=256; measured in FOUNDATION.md). `keep_associative_scan()` intervenes before that
-happens: while it is active, the generic path emits the `associative_scan` HOP instead, with the
-user's combine function traced on single slices (no vmap), which is what `tidal.associative_scan`
-wants.
+torch.export keeps `cond`, `while_loop`, `scan` and `map` as higher-order ops; generic-mode
+`associative_scan` is kept as one HOP by `keep_associative_scan()`
+(`tidal.importer.associative_scan_capture`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import sys
-import threading
 
 import torch
 
-_ASSOC = "torch._higher_order_ops.associative_scan"
-_state = threading.local()
-
-
-def _assoc_module():
-    import torch._higher_order_ops.associative_scan  # noqa: F401  (load the module)
-
-    return sys.modules[_ASSOC]
-
-
-def _flat_combine(combine_fn, spec, num_leaves, *args):
-    """Combine on flat leaves (the HOP's calling convention), calling the user's pytree function."""
-    return _assoc_module().wrap_combine_fn_flat(
-        *args, combine_fn=combine_fn, spec=spec, num_leaves=num_leaves
-    )
-
-
-def _vmapped_function(fn):
-    """The function a `torch.vmap` wrapper maps (its `__wrapped__` is not always set)."""
-    if hasattr(fn, "__wrapped__"):
-        return fn.__wrapped__
-    code = getattr(fn, "__code__", None)
-    if code is not None and code.co_filename.endswith("apis.py") and "func" in code.co_freevars:
-        return fn.__closure__[code.co_freevars.index("func")].cell_contents
-    return None
-
-
-def _unvmapped(combine_fn):
-    """The user's per-slice combine function inside torch's generic-mode wrapper, if it is one."""
-    mod = _assoc_module()
-    if isinstance(combine_fn, functools.partial) and combine_fn.func is mod.wrap_combine_fn_flat:
-        kw = combine_fn.keywords
-        user_fn = _vmapped_function(kw.get("combine_fn"))
-        if user_fn is not None:
-            return functools.partial(_flat_combine, user_fn, kw["spec"], kw["num_leaves"])
-    return None
-
-
-@contextlib.contextmanager
-def keep_associative_scan():
-    """Within this context, generic-mode `associative_scan` is captured as one HOP."""
-    mod = _assoc_module()
-    original = mod.generic_associative_scan
-
-    def generic_or_hop(combine_fn, leaves, dim=0, additional_inputs=()):
-        if torch.compiler.is_dynamo_compiling():
-            # Dynamo is tracing an enclosing HOP's body (associative_scan nested in cond/scan/...):
-            # it cannot trace the unwrapping below, so keep torch's algorithm there.
-            return original(combine_fn, leaves, dim=dim, additional_inputs=additional_inputs)
-        per_slice = _unvmapped(combine_fn)
-        if per_slice is None or getattr(_state, "in_hop", False):
-            # Not the user-level generic call, or the HOP's own dense/fake implementation
-            # evaluating itself: run torch's algorithm as usual, on the batched combine.
-            batched = getattr(combine_fn, "batched", combine_fn)
-            return original(batched, leaves, dim=dim, additional_inputs=additional_inputs)
-        per_slice.batched = combine_fn
-        _state.in_hop = True
-        try:
-            return mod.associative_scan_op(per_slice, leaves, additional_inputs=tuple(additional_inputs))
-        finally:
-            _state.in_hop = False
-
-    mod.generic_associative_scan = generic_or_hop
-    try:
-        yield
-    finally:
-        mod.generic_associative_scan = original
+from tidal.importer.associative_scan_capture import keep_associative_scan
 
 
 class _CallableModule(torch.nn.Module):
