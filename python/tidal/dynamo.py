@@ -9,6 +9,11 @@ for all sizes), and Python ints, SymInts and SymBools at control-flow boundaries
 tensors inside the program (`tidal.importer.scalars`). Dynamo recompiles on its own guards, so
 each graph tidal sees is compiled once.
 
+Training (inputs or parameters that require grad): aot_autograd traces the joint graph, with
+tidal's reverse-mode rules for the control-flow HOPs (`tidal.autodiff`), and tidal compiles its
+forward (outputs + residuals) and backward (residuals + cotangents → gradients) programs; an
+autograd.Function runs them. Under `torch.no_grad()` one inference program is compiled.
+
 Anything tidal cannot compile runs in eager for that graph (the aten graph, run by PyTorch), with
 ONE warning naming the op and its source line — never a wrong result. In strict mode
 (`options={"fallback": "error"}` or `TIDAL_FALLBACK=error`) it raises `TidalCompileError`
@@ -59,11 +64,6 @@ def fallback_mode(options: dict) -> str:
 
 def _unsupported_inputs(example_inputs) -> str | None:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return (
-            "training (inputs that require grad) is not supported yet: tidal's autodiff lands "
-            "with the autodiff issue; run inference under torch.no_grad()"
-        )
     for t in tensors:
         if t.device.type != "cpu":
             return f"inputs on {t.device} (the CPU backend runs CPU tensors)"
@@ -108,6 +108,9 @@ class TidalCompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, strict: bool, dump_dir: str | None):
+        # An instance attribute as well: aot_autograd wraps the backward in functions that copy
+        # the instance's __dict__, and checks `_boxed_call` on the wrapper.
+        self._boxed_call = True
         self.gm = gm
         self.example_inputs = list(example_inputs)
         self.strict = strict
@@ -167,7 +170,7 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     options = dict(options or {})
     strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
     reason = _unsupported_inputs(example_inputs)
-    if reason is not None:  # training, devices, layouts: eager autograd on Dynamo's own graph
+    if reason is not None:  # devices, layouts: eager (autograd included) on Dynamo's own graph
         fallback = _Fallback(lambda args: _run_eager(gm, args), reason, strict)
         return lambda *args: fallback(list(args))
     dump_dir = options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
@@ -177,19 +180,36 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
         with open(os.path.join(dump_dir, "fx_graph.py"), "w") as f:
             f.write(gm.code)
 
-    def forward_compiler(aten_gm, aten_inputs):
-        return TidalCompiledGraph(aten_gm, aten_inputs, strict, dump_dir)
+    # Training compiles two programs per graph (aot_autograd's forward and backward): each dumps
+    # into its own folder.
+    training = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
-    return aot_autograd(fw_compiler=forward_compiler, decompositions=decomposition_table())(gm, example_inputs)
+    def compiler_for(part: str):
+        where = os.path.join(dump_dir, part) if dump_dir and training else dump_dir
+        return lambda aten_gm, aten_inputs: TidalCompiledGraph(aten_gm, aten_inputs, strict, where)
+
+    from tidal.tracing import tracing_for_tidal
+
+    # aot_autograd traces the joint forward+backward graph now (training) or the inference graph:
+    # the control-flow HOPs differentiate with tidal's rules (tidal.autodiff).
+    with tracing_for_tidal():
+        return aot_autograd(
+            fw_compiler=compiler_for("forward"),
+            bw_compiler=compiler_for("backward"),
+            decompositions=decomposition_table(),
+        )(gm, example_inputs)
 
 
 def register() -> None:
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
+    from tidal.autodiff import install_autodiff_rules
     from tidal.importer.associative_scan_capture import install_dynamo_polyfill
 
-    # Before Dynamo traces anything for this backend: generic associative_scan stays one HOP.
+    # Before Dynamo traces anything for this backend: generic associative_scan stays one HOP, and
+    # the control-flow HOPs differentiate with tidal's rules (in Dynamo's fake-tensor runs too).
     install_dynamo_polyfill()
+    install_autodiff_rules()
     if "tidal" not in _BACKENDS:
         register_backend(name="tidal")(tidal_backend)
 

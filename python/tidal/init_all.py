@@ -4,6 +4,7 @@ The dialect and the target-free passes know no target; the drivers (`tidal-opt`,
 import this module to see everything: conversions (torch → linalg, tidal → scf) and backends.
 """
 
+import tidal.autodiff  # noqa: F401
 import tidal.backends.cpu  # noqa: F401
 import tidal.conversion  # noqa: F401
 import tidal.dialects  # noqa: F401

@@ -35,3 +35,22 @@ def compiled_programs(monkeypatch):
 
     monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
     return programs
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The aten-level graphs tidal compiles for torch.compile in this test, in order (training:
+    aot_autograd's forward, then its backward), as they were before tidal's own FX passes."""
+    import copy
+
+    import tidal.compiler
+
+    graphs = []
+    original = tidal.compiler.compile_graph_module
+
+    def recording(gm, *args, **kwargs):
+        graphs.append(copy.deepcopy(gm))
+        return original(gm, *args, **kwargs)
+
+    monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
+    return graphs

@@ -81,3 +81,22 @@ def test_dynamic_scan_length_one_program():
     for steps in (2, 7, 40):
         xs = torch.randn(steps, 3)
         torch.testing.assert_close(program(args[0], xs, args[2]), f(args[0], xs, args[2]))
+
+
+def test_one_buffer_returned_twice_stays_valid():
+    """Regression: a program returning one small buffer twice (aot_autograd's forward returns an
+    output and its alias as a residual) copied the first result, freed the buffer, then copied
+    the second from freed memory (garbage such as 1e24)."""
+
+    def f(x):
+        y = x * 2 + 1
+        return y, y
+
+    for shape in [(6, 3), (5, 7), (2, 9), (16,), (3, 3, 3)]:
+        x = torch.randn(shape)
+        program = compile_program(f, (x,))
+        for _ in range(10):  # the freed buffer's first bytes are overwritten by malloc's bookkeeping
+            a, b = program(x)
+            torch.testing.assert_close(a, x * 2 + 1)
+            torch.testing.assert_close(b, x * 2 + 1)
+            assert a.data_ptr() != b.data_ptr()

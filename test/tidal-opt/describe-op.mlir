@@ -18,6 +18,7 @@
 // CHECK-NEXT: verifier {{ +}}tidal.dialects.scan.verify_scan (dialects/scan.py:{{[0-9]+}})
 // CHECK-NEXT: builder {{ +}}tidal.dialects.scan.build_scan (dialects/scan.py:{{[0-9]+}})
 // CHECK: rules attached by transformations:
+// CHECK-NEXT: autodiff {{ +}}tidal.autodiff.scan.scan_vjp (python/tidal/autodiff/scan.py:{{[0-9]+}})
 // CHECK-NEXT: lower-to-scf {{ +}}tidal.conversion.tidal_to_scf.scan.lower_scan_to_scf (python/tidal/conversion/tidal_to_scf/scan.py:{{[0-9]+}})
 // CHECK-NEXT: (no rule from: cpu-aten-call)
 
@@ -27,4 +28,4 @@
 // ATEN: tidal.aten_call: an ATen operator called as a library kernel
 // ATEN: rules attached by transformations:
 // ATEN-NEXT: cpu-aten-call {{ +}}tidal.backends.aten_runtime.lower_aten_call (python/tidal/backends/aten_runtime.py:{{[0-9]+}})
-// ATEN-NEXT: (no rule from: lower-to-scf)
+// ATEN-NEXT: (no rule from: autodiff, lower-to-scf)

@@ -97,40 +97,25 @@ def keep_associative_scan():
         finally:
             _state.in_hop = False
 
+    from tidal.tracing import tracing_for_tidal
+
     mod.generic_associative_scan = generic_or_hop
-    depth = getattr(_state, "exporting", 0)
-    _state.exporting = depth + 1
     try:
-        yield
+        with tracing_for_tidal():
+            yield
     finally:
-        _state.exporting = depth
         mod.generic_associative_scan = original
 
 
 # -- Dynamo --------------------------------------------------------------------------------------
 
 
-def _backend_chain(fn):
-    """The backend callable and everything Dynamo and torch.compile wrapped around it."""
-    seen = []
-    while fn is not None and all(fn is not s for s in seen):
-        seen.append(fn)
-        fn = getattr(fn, "_torchdynamo_orig_backend", None) or getattr(fn, "compiler_fn", None)
-    return seen
-
-
 @torch._dynamo.assume_constant_result
 def _tidal_is_tracing() -> bool:
-    """True when the graph Dynamo is building goes to tidal (evaluated by Dynamo at trace time)."""
-    if getattr(_state, "exporting", 0):
-        return True
-    from torch._dynamo.symbolic_convert import InstructionTranslator
+    """True when the graph being built goes to tidal (evaluated by Dynamo at trace time)."""
+    from tidal.tracing import tidal_is_tracing
 
-    from tidal.dynamo import tidal_backend
-
-    tx = InstructionTranslator.current_tx()
-    compiler_fn = getattr(getattr(tx, "output", None), "compiler_fn", None)
-    return any(fn is tidal_backend for fn in _backend_chain(compiler_fn))
+    return tidal_is_tracing()
 
 
 def _as_one_hop(combine_fn, xs, dim, reverse):

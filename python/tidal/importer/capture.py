@@ -57,12 +57,22 @@ _KEPT_WHOLE = ("aten.scaled_dot_product_attention.default", "aten._scaled_dot_pr
 
 def decomposition_table():
     """torch-mlir's table, minus the ops tidal calls whole, plus PyTorch's own `gelu` (torch-mlir's
-    tanh-GELU lowering uses 0.797724 for sqrt(2/pi): errors up to 5e-5)."""
+    tanh-GELU lowering uses 0.797724 for sqrt(2/pi): errors up to 5e-5) and `squeeze.dims` as a
+    view."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     table = {op: fn for op, fn in get_decomposition_table().items() if str(op) not in _KEPT_WHOLE}
     table.update(torch._decomp.get_decompositions([torch.ops.aten.gelu]))
+    table[torch.ops.aten.squeeze.dims] = _squeeze_dims
     return table
+
+
+def _squeeze_dims(x, dims):
+    """`squeeze.dims` as a `view` (torch-mlir has no squeeze.dims; PyTorch's decomposition emits
+    prims.squeeze, which functionalization refuses when a HOP body is traced again, as the adjoint
+    bodies of tidal's autodiff rules are)."""
+    dims = {d % max(x.dim(), 1) for d in ([dims] if isinstance(dims, int) else dims)}
+    return torch.ops.aten.view.default(x, [n for i, n in enumerate(x.shape) if not (i in dims and n == 1)])
 
 
 def _contiguous_strides(size) -> list[int]:

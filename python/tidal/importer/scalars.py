@@ -110,17 +110,20 @@ class BoundaryPlan:
 
     inputs[i] is what placeholder i of the rewritten graph receives: ("tensor", k) the caller's
     argument k, ("scalar", k) argument k as a 0-d tensor; arguments not named are recomputed
-    inside the program (sizes). scalar_outputs[j]: result j goes back as a Python scalar.
+    inside the program (sizes). outputs[j] is how the caller's result j is made: "tensor" (the
+    program's next result), "scalar" (the next result as a Python scalar) or "none" (None, which
+    the program does not return: aot_autograd's backward gives None for inputs needing no grad).
     """
 
     inputs: list[tuple[str, int]]
-    scalar_outputs: list[bool]
+    outputs: list[str]
 
     def arguments(self, args) -> list[torch.Tensor]:
         return [args[k] if kind == "tensor" else torch.tensor(args[k]) for kind, k in self.inputs]
 
     def results(self, outs) -> list:
-        return [o.item() if scalar else o for o, scalar in zip(outs, self.scalar_outputs)]
+        it = iter(outs)
+        return [None if kind == "none" else next(it).item() if kind == "scalar" else next(it) for kind in self.outputs]
 
 
 def tensorize_scalars(gm: torch.fx.GraphModule, fake_mode) -> BoundaryPlan:
@@ -129,7 +132,7 @@ def tensorize_scalars(gm: torch.fx.GraphModule, fake_mode) -> BoundaryPlan:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out = next(n for n in graph.nodes if n.op == "output")
     results = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-    scalar_outputs = [_is_scalar(_val(r)) for r in results]
+    outputs = ["none" if r is None else "scalar" if _is_scalar(_val(r)) else "tensor" for r in results]
 
     _tensorize(gm, fake_mode)
 
@@ -162,7 +165,9 @@ def tensorize_scalars(gm: torch.fx.GraphModule, fake_mode) -> BoundaryPlan:
     results = out.args[0]
     with graph.inserting_before(out):
         if isinstance(results, (list, tuple)):
-            out.args = (type(results)(_to_tensor(graph, r, fake_mode) if _is_scalar(_val(r)) else r for r in results),)
+            out.args = (
+                type(results)(_to_tensor(graph, r, fake_mode) if _is_scalar(_val(r)) else r for r in results if r is not None),
+            )
     graph.lint()
     gm.recompile()
-    return BoundaryPlan(inputs, scalar_outputs)
+    return BoundaryPlan(inputs, outputs)

@@ -9,7 +9,7 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
 from tidal.runtime import errors, externs
-from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, results_type, take_result
+from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, free_all, results_type, take_result
 
 
 def signature_of(module: ir.Module, func_name: str) -> tuple[list[TensorSig], list[TensorSig]]:
@@ -97,9 +97,13 @@ class NativeFunction:
             adopted.add(ptr)
             return False
 
-        if len(self.results) == 1:
-            return [take_result(out, self.results[0], owned_elsewhere)]
-        return [take_result(getattr(out, f"r{i}"), s, owned_elsewhere) for i, s in enumerate(self.results)]
+        to_free: list[int] = []
+        try:
+            if len(self.results) == 1:
+                return [take_result(out, self.results[0], owned_elsewhere, to_free)]
+            return [take_result(getattr(out, f"r{i}"), s, owned_elsewhere, to_free) for i, s in enumerate(self.results)]
+        finally:
+            free_all(to_free)
 
     def _check_arg(self, i: int, t: torch.Tensor, sig: TensorSig) -> torch.Tensor:
         if not isinstance(t, torch.Tensor):

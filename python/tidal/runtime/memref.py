@@ -90,11 +90,17 @@ def fill_descriptor(desc, t: torch.Tensor) -> None:
 _SMALL_RESULT_BYTES = 1 << 16
 
 
-def take_result(desc, sig: TensorSig, owned_elsewhere) -> torch.Tensor:
+def free_all(pointers: list[int]) -> None:
+    for p in pointers:
+        _libc.free(p)
+
+
+def take_result(desc, sig: TensorSig, owned_elsewhere, to_free: list[int]) -> torch.Tensor:
     """A torch tensor for a result descriptor; adopts large fresh allocations, copies the rest.
 
-    Small results are copied into a fresh torch tensor and their buffer freed at once (two C
-    calls); large fresh ones are adopted zero-copy and freed when the tensor dies.
+    Small results are copied into a fresh torch tensor and their buffer appended to `to_free`,
+    which the caller frees once every result is taken (a program may return one buffer twice);
+    large fresh ones are adopted zero-copy and freed when the tensor dies.
     """
     rank = sig.rank
     shape = tuple(desc.shape[:rank]) if rank else ()
@@ -118,7 +124,7 @@ def take_result(desc, sig: TensorSig, owned_elsewhere) -> torch.Tensor:
         if nbytes:
             ctypes.memmove(out.data_ptr(), addr, nbytes)
         if fresh:
-            _libc.free(allocated)
+            to_free.append(allocated)
         return out
     buf = (ctypes.c_char * nbytes).from_address(addr)
     arr = np.frombuffer(buf, dtype=_NP_VIEW[sig.dtype], count=numel).reshape(shape)

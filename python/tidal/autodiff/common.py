@@ -1,0 +1,69 @@
+"""Pieces the per-op rules share: tracing a body's VJP into a graph, zeros for absent cotangents."""
+
+from __future__ import annotations
+
+import torch
+from torch._higher_order_ops.utils import create_bw_fn, first_slice_copy, materialize_as_graph
+from torch._subclasses.functional_tensor import disable_functional_mode
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+
+def differentiable(t) -> bool:
+    """Integer and boolean values get no cotangent."""
+    return isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)
+
+
+def flat(outs) -> list:
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+class Meta:
+    """Shape, dtype and device of a value, to make its zero cotangent in the backward."""
+
+    def __init__(self, t: torch.Tensor):
+        self.shape, self.dtype, self.device = t.shape, t.dtype, t.device
+
+    def zeros(self) -> torch.Tensor:
+        return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+
+
+def cotangents(grads, metas) -> list[torch.Tensor]:
+    """autograd passes None for outputs nothing depends on: the rules want zeros."""
+    return [m.zeros() if g is None else g for g, m in zip(grads, metas)]
+
+
+def dispatch_keys():
+    """The dispatch keys of the forward, to trace the adjoint bodies the same way."""
+    return torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()
+
+
+def vjp_fn(body, primals, output_dtypes):
+    """(primals..., cotangents of body's outputs...) -> cotangents of primals (zeros where none),
+    from PyTorch's derivative formulas (aot_autograd's joint tracing of `body`). Cotangents of
+    integer and boolean outputs are dropped: the joint takes those of float outputs only."""
+    joint = create_bw_fn(body, tuple(primals))
+    keep = [dtype.is_floating_point or dtype.is_complex for dtype in output_dtypes]
+    n = len(primals)
+
+    def vjp(*args):
+        return joint(*args[:n], *[g for g, k in zip(args[n:], keep) if k])
+
+    return vjp
+
+
+def trace_body(fn, args, stacked, keys) -> torch.fx.GraphModule:
+    """`fn` traced into a graph on one step's example of `args` (`stacked[i]`: args[i] is stacked
+    along dim 0 and the body sees one slice), grad mode on, so the VJPs inside are aten ops."""
+    from torch._higher_order_ops.utils import _from_fun
+    from torch._dispatch.python import suspend_functionalization
+
+    with suspend_functionalization(), disable_functional_mode():
+        with disable_proxy_modes_tracing():
+            examples = []
+            for a, is_stacked in zip(args, stacked):
+                a = _from_fun(a) if isinstance(a, torch.Tensor) else a
+                examples.append(first_slice_copy(a) if is_stacked else a)
+        return materialize_as_graph(fn, tuple(examples), keys[0], keys[1], force_enable_grad=True)
+
+
+__all__ = ["Meta", "cotangents", "differentiable", "dispatch_keys", "flat", "trace_body", "vjp_fn"]

@@ -1,0 +1,56 @@
+"""`cond`: the adjoint is a cond on the same predicate whose branches are the branches' VJPs.
+
+The operands are the residuals; the taken branch is recomputed inside its adjoint branch, with
+the VJP from PyTorch's formulas. Both adjoint branches return contiguous gradients: a cond's
+branches must agree on strides, and a gradient may come out expanded in one branch only
+(d(x * w.sum())/dw), which PyTorch's own rule trips over.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._higher_order_ops.cond import cond_op
+from torch._higher_order_ops.utils import save_values_for_backward, saved_values
+
+from tidal.autodiff import AUTODIFF
+from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, trace_body, vjp_fn
+
+
+class CondVJP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pred, true_fn, false_fn, *operands):
+        with torch._C._AutoDispatchBelowAutograd():
+            outs = flat(cond_op(pred, true_fn, false_fn, list(operands)))
+        ctx.branches, ctx.n = (true_fn, false_fn), len(operands)
+        ctx.metas = [Meta(o) for o in outs]
+        ctx.keys = dispatch_keys()
+        save_values_for_backward(ctx, (pred, *operands))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        pred, *operands = saved_values(ctx)
+        grads = cotangents(grads, ctx.metas)
+        dtypes = [m.dtype for m in ctx.metas]
+
+        def adjoint(branch):
+            branch_vjp = vjp_fn(branch, operands, dtypes)
+
+            def adjoint_branch(*args):
+                primals = args[: ctx.n]
+                for t in primals:
+                    if differentiable(t):
+                        t.requires_grad_(True)
+                return tuple(g.contiguous() for g in branch_vjp(*args))
+
+            return trace_body(adjoint_branch, [*operands, *grads], [False] * (ctx.n + len(grads)), ctx.keys)
+
+        true_adjoint, false_adjoint = (adjoint(b) for b in ctx.branches)
+        g_operands = flat(cond_op(pred, true_adjoint, false_adjoint, [*operands, *grads]))
+        return None, None, None, *[g if differentiable(o) else None for g, o in zip(g_operands, operands)]
+
+
+@AUTODIFF.rule("tidal.cond")
+def cond_vjp(pred, true_fn, false_fn, operands):
+    """Operands as residuals; the adjoint cond recomputes the taken branch's VJP."""
+    return CondVJP.apply(pred, true_fn, false_fn, *operands)

@@ -1,0 +1,46 @@
+"""Is tidal the one tracing? Some of PyTorch's behaviour changes only for graphs that go to tidal
+(generic associative_scan kept as one HOP, tidal's autodiff rules for the control-flow HOPs);
+every other backend, and eager PyTorch, keep PyTorch's own."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def tracing_for_tidal():
+    """Marks the tracing done here (torch.export, aot_autograd in tidal's backend) as tidal's."""
+    depth = getattr(_state, "depth", 0)
+    _state.depth = depth + 1
+    try:
+        yield
+    finally:
+        _state.depth = depth
+
+
+def _backend_chain(fn):
+    """The backend callable and everything Dynamo and torch.compile wrapped around it."""
+    seen = []
+    while fn is not None and all(fn is not s for s in seen):
+        seen.append(fn)
+        fn = getattr(fn, "_torchdynamo_orig_backend", None) or getattr(fn, "compiler_fn", None)
+    return seen
+
+
+def tidal_is_tracing() -> bool:
+    """Inside `tracing_for_tidal()`, or while Dynamo builds a graph for the tidal backend."""
+    if getattr(_state, "depth", 0):
+        return True
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    from tidal.dynamo import tidal_backend
+
+    try:
+        tx = InstructionTranslator.current_tx()
+    except (AttributeError, IndexError, RuntimeError):
+        return False
+    compiler_fn = getattr(getattr(tx, "output", None), "compiler_fn", None)
+    return any(fn is tidal_backend for fn in _backend_chain(compiler_fn))
