@@ -131,6 +131,42 @@ func.func @associative_scan(%xs: tensor<8x4xf32>) -> tensor<8x4xf32> {
 
 // -----
 
+// stack_outputs: the loop also carries a growing buffer per carry and the row count; a full buffer
+// doubles (copying its rows) before the next row is written; the result is the filled rows, or
+// the initial carry as one row when the loop did not run.
+// CHECK-LABEL: func.func @while_stacked
+// CHECK: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: %[[BUF0:.*]] = tensor.empty(%[[C16]]) : tensor<?x3xf32>
+// CHECK: %[[W:.*]]:3 = scf.while (%[[X:.*]] = %arg0, %[[BUF:.*]] = %[[BUF0]], %[[N:.*]] = %{{.*}}) : (tensor<3xf32>, tensor<?x3xf32>, index)
+// CHECK: } do {
+// CHECK:   %[[NEXT:.*]] = arith.negf
+// CHECK:   %[[CAP:.*]] = tensor.dim %{{.*}}, %{{.*}} : tensor<?x3xf32>
+// CHECK:   %[[FULL:.*]] = arith.cmpi eq, %{{.*}}, %[[CAP]] : index
+// CHECK:   %[[ROOM:.*]] = scf.if %[[FULL]] -> (tensor<?x3xf32>) {
+// CHECK:     %[[TWICE:.*]] = arith.muli %[[CAP]], %{{.*}} : index
+// CHECK:     %[[BIG:.*]] = tensor.empty(%[[TWICE]]) : tensor<?x3xf32>
+// CHECK:     tensor.insert_slice %{{.*}} into %[[BIG]][0, 0] [%[[CAP]], 3] [1, 1]
+// CHECK:   tensor.insert_slice %[[NEXT]] into %[[ROOM]][%{{.*}}, 0] [1, 3] [1, 1]
+// CHECK:   arith.addi
+// CHECK: %[[RAN:.*]] = arith.cmpi ne, %[[W]]#2, %{{.*}} : index
+// CHECK: scf.if %[[RAN]] -> (tensor<?x3xf32>) {
+// CHECK:   tensor.extract_slice %[[W]]#1[0, 0] [%[[W]]#2, 3] [1, 1]
+// CHECK: } else {
+// CHECK:   tensor.insert_slice %arg0 into %{{.*}}[%{{.*}}, 0] [1, 3] [1, 1]
+func.func @while_stacked(%x: tensor<3xf32>, %p: tensor<i1>) -> tensor<?x3xf32> {
+  %r = "tidal.while"(%x, %p) ({
+  ^bb0(%a: tensor<3xf32>, %q: tensor<i1>):
+    "tidal.yield"(%q) : (tensor<i1>) -> ()
+  }, {
+  ^bb0(%a: tensor<3xf32>, %q: tensor<i1>):
+    %n = arith.negf %a : tensor<3xf32>
+    "tidal.yield"(%n) : (tensor<3xf32>) -> ()
+  }) {num_carries = 1 : i64, stack_outputs = true} : (tensor<3xf32>, tensor<i1>) -> tensor<?x3xf32>
+  return %r : tensor<?x3xf32>
+}
+
+// -----
+
 // Nested ops lower inside out; the result has no tidal ops left.
 // CHECK-LABEL: func.func @nested
 // CHECK: scf.while

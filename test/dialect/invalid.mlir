@@ -143,6 +143,20 @@ func.func @while_pred_not_i1(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+func.func @while_stacked_result_not_stacked(%x: tensor<4xf32>, %p: tensor<i1>) -> tensor<4xf32> {
+  // expected-error@+1 {{'tidal.while' op result #0 has type tensor<4xf32> but the stacked carry operand #0 has type tensor<?x4xf32>}}
+  %r = "tidal.while"(%x, %p) ({
+  ^bb0(%a: tensor<4xf32>, %q: tensor<i1>):
+    "tidal.yield"(%q) : (tensor<i1>) -> ()
+  }, {
+  ^bb0(%a: tensor<4xf32>, %q: tensor<i1>):
+    "tidal.yield"(%a) : (tensor<4xf32>) -> ()
+  }) {num_carries = 1 : i64, stack_outputs = true} : (tensor<4xf32>, tensor<i1>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
 func.func @while_missing_num_carries(%x: tensor<4xf32>, %p: tensor<i1>) -> tensor<4xf32> {
   // expected-error@+1 {{'tidal.while' op requires integer attribute 'num_carries'}}
   %r = "tidal.while"(%x, %p) ({

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch._higher_order_ops import associative_scan, map as hop_map, scan
+from torch._higher_order_ops import associative_scan, map as hop_map, scan, while_loop
 
+from loop_reference import python_loops
 from tidal.tools.tidal_compile import load_program_file
 
 STRICT = {"fallback": "error"}
 CORPUS = Path(__file__).parents[1] / "corpus"
-# Not yet differentiable by tidal: while_loop needs its rule (autodiff issue, next step).
-NEEDS_WHILE_RULE = {
-    "early_stop_generation", "greedy_decode_while", "nested_cond_in_while", "nested_three_levels",
-    "nested_while_in_scan", "while_counter", "while_deq_fixed_point", "while_newton_sqrt",
-    "while_power_iteration",
-}
-# Eager PyTorch itself cannot differentiate these (its scan rule fails on an integer carry:
-# "outs_to_grad length (2) != tangents length (4)"); test_scan_with_an_integer_carry covers it.
-EAGER_CANNOT = {"scan_int64_counter"}
 # No output depends on a float input or parameter.
 NOTHING_TO_DIFFERENTIATE = {"scan_pytree_dict"}
 
@@ -38,35 +30,33 @@ def _requiring_grad(tree):
 
 def _grads(fn, args, leaves, seed=0):
     out = fn(*args)
-    outs = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    floats = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.dtype.is_floating_point]
     gen = torch.Generator().manual_seed(seed)
-    cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
-    return out, torch.autograd.grad(outs, leaves, cotangents, allow_unused=True)
+    # one cotangent per float output, whether or not it needs grad (a constant output may need
+    # none in one program and look differentiable in another)
+    pairs = [(o, torch.randn(o.shape, generator=gen, dtype=o.dtype)) for o in floats]
+    pairs = [(o, g) for o, g in pairs if o.requires_grad]
+    grads = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
+    # a compiled graph gives zeros where eager autograd finds no path (and says None)
+    return out, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves)]
 
 
 def _check_gradients(model, args, rtol=1e-4, atol=1e-4):
+    """tidal's gradients against eager autograd of the same program with its scans and
+    while_loops run as Python loops (loop_reference.py says why not PyTorch's HOP autograd)."""
     args = _requiring_grad(args)
     params = [p for p in model.parameters()] if isinstance(model, torch.nn.Module) else []
     leaves = [t for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
     leaves += params
     compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
     out, got = _grads(compiled, args, leaves)
-    expected_out, expected = _grads(model, args, leaves)
+    with python_loops(model):
+        expected_out, expected = _grads(model, args, leaves)
     torch.testing.assert_close(out, expected_out, rtol=rtol, atol=atol)
     torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
 
 
-def _corpus():
-    for path in sorted(CORPUS.glob("*.py")):
-        marks = []
-        if path.stem in NEEDS_WHILE_RULE:
-            marks = [pytest.mark.xfail(strict=True, reason="while_loop has no tidal autodiff rule yet")]
-        if path.stem in EAGER_CANNOT | NOTHING_TO_DIFFERENTIATE:
-            continue
-        yield pytest.param(path, id=path.stem, marks=marks)
-
-
-@pytest.mark.parametrize("path", list(_corpus()))
+@pytest.mark.parametrize("path", [p for p in sorted(CORPUS.glob("*.py")) if p.stem not in NOTHING_TO_DIFFERENTIATE], ids=lambda p: p.stem)
 def test_corpus_gradients_match_eager(path):
     model, inputs = load_program_file(str(path))
     with warnings.catch_warnings():
@@ -101,6 +91,18 @@ def matrix_products(m):
     return associative_scan(lambda p, q: p @ q, m, dim=1, reverse=True, combine_mode="generic")
 
 
+def grow_until(x, w):
+    """A data-dependent trip count: iterate until the norm passes 4 (or 50 steps)."""
+
+    def cond_fn(i, x):
+        return (x.norm() < 4.0) & (i < 50)
+
+    def body_fn(i, x):
+        return i + 1, torch.tanh(x @ w) * 1.5 + x
+
+    return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+
 def _f64(*shapes, scale=0.5):
     gen = torch.Generator().manual_seed(7)
     return tuple((torch.randn(s, generator=gen, dtype=torch.float64) * scale).requires_grad_() for s in shapes)
@@ -113,6 +115,8 @@ GRADCHECK = {
     "map": (per_row, lambda: _f64((4, 3), (3, 2))),
     "associative_scan": (linear_recurrence, lambda: (torch.rand(6, 3, dtype=torch.float64).add(0.5).requires_grad_(), *_f64((6, 3)))),
     "associative_scan_matmul": (matrix_products, lambda: _f64((2, 5, 2, 2))),
+    "while_loop": (grow_until, lambda: _f64((2, 3), (3, 3), scale=0.3)),
+    "while_loop_never_runs": (grow_until, lambda: (torch.full((2, 3), 5.0, dtype=torch.float64).requires_grad_(), *_f64((3, 3)))),
 }
 
 
@@ -120,7 +124,33 @@ GRADCHECK = {
 def test_gradcheck_float64(name):
     fn, make = GRADCHECK[name]
     compiled = torch.compile(fn, backend="tidal", fullgraph=True, options=STRICT)
-    assert torch.autograd.gradcheck(compiled, make(), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+    def float_outputs(*args):  # gradcheck differentiates every output: drop integer ones
+        outs = torch.utils._pytree.tree_leaves(compiled(*args))
+        return tuple(o for o in outs if o.dtype.is_floating_point)
+
+    assert torch.autograd.gradcheck(float_outputs, make(), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_while_loop_gradients_for_any_trip_count(compiled_programs):
+    """One compiled forward/backward pair serves every trip count (no maximum given), including a
+    loop that never runs; gradients against the same loop in Python."""
+    from loop_reference import python_while_loop
+
+    w = (torch.randn(3, 3, generator=torch.Generator().manual_seed(5)) * 0.3).requires_grad_()
+    compiled = torch.compile(grow_until, backend="tidal", fullgraph=True, options=STRICT)
+    trips = set()
+    for scale in (0.05, 0.5, 1.0, 2.0, 3.0):
+        x = (torch.ones(2, 3) * scale).requires_grad_()
+        n, y = compiled(x, w)
+        got = torch.autograd.grad(y.sum(), (x, w))
+        n2, y2 = python_while_loop(lambda i, x: (x.norm() < 4.0) & (i < 50), lambda i, x: (i + 1, torch.tanh(x @ w) * 1.5 + x), (torch.zeros((), dtype=torch.int64), x))
+        assert int(n) == int(n2)
+        trips.add(int(n))
+        expected = torch.autograd.grad(y2.sum(), (x, w), allow_unused=True)
+        torch.testing.assert_close(got, tuple(torch.zeros_like(t) if g is None else g for g, t in zip(expected, (x, w))))
+    assert 0 in trips and len(trips) >= 4, trips
+    assert len(compiled_programs) == 2  # one forward, one backward
 
 
 def test_scan_with_an_integer_carry():

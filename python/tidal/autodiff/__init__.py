@@ -83,4 +83,4 @@ def install_autodiff_rules() -> None:
 
 
 # The per-op modules attach their rules to AUTODIFF, so they load after it exists.
-from tidal.autodiff import associative_scan, cond, map, scan  # noqa: E402,F401
+from tidal.autodiff import associative_scan, cond, map, scan, while_loop  # noqa: E402,F401

@@ -63,6 +63,32 @@ def insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> ir.Va
     return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
 
+def _rows_geometry(full: ir.Value, count: ir.Value):
+    """Rows [0, count) of `full` along dim 0 (the other dims whole)."""
+    t = full.type
+    dyn = ir.ShapedType.get_dynamic_size()
+    sizes, static_sizes = [count], [dyn]
+    for k in range(1, t.rank):
+        if t.is_dynamic_dim(k):
+            sizes.append(tensor.dim(full, index(k)))
+            static_sizes.append(dyn)
+        else:
+            static_sizes.append(t.get_dim_size(k))
+    return [], sizes, [0] * t.rank, static_sizes, [1] * t.rank
+
+
+def extract_rows(full: ir.Value, count: ir.Value, result_type: ir.Type) -> ir.Value:
+    """`full[:count]` (a leading-dim prefix: contiguous in a row-major buffer)."""
+    offsets, sizes, so, ss, st = _rows_geometry(full, count)
+    return tensor.extract_slice(result_type, full, offsets, sizes, [], so, ss, st)
+
+
+def insert_rows(part: ir.Value, full: ir.Value, count: ir.Value) -> ir.Value:
+    """`full` with `part` (`count` rows) written over its first rows."""
+    offsets, sizes, so, ss, st = _rows_geometry(full, count)
+    return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
+
+
 def empty_like_stacked(result_type: ir.Type, length: ir.Value, dim: int, what: str, location) -> ir.Value:
     """An uninitialized tensor for stacked per-step outputs (only the stacked dim may be dynamic)."""
     from tidal.diagnostics import TidalUnsupported

@@ -160,15 +160,21 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
             return ir.Operation.create("torch.prim.NumToTensor.Scalar", results=[i1], operands=[scalar], loc=loc).result
         self._unsupported(node, f"cond predicate of type {type(pred).__name__}", loc)
 
-    def _import_hop_while_loop(self, loc, node, hop):
+    def _import_hop_while_loop(self, loc, node, hop, stack_outputs=False):
         cond_arg, body_arg, carries, consts = node.args[:4]
         cond_gm, body_gm = self._submodule(node, cond_arg), self._submodule(node, body_arg)
         carry_values = self._tensor_operands(loc, node, carries, "carried_inputs")
         const_values = self._tensor_operands(loc, node, consts, "additional_inputs")
-        op = build_while(carry_values, const_values, loc=loc)
+        op = build_while(carry_values, const_values, loc=loc, stack_outputs=stack_outputs)
+        if stack_outputs:
+            self._check_types(node, op, self._result_types(node))
         self._import_body(op.regions[0].blocks[0], cond_gm, node)
         self._import_body(op.regions[1].blocks[0], body_gm, node)
         self._bind_results(node, op)
+
+    def _import_hop_while_loop_stack_output(self, loc, node, hop):
+        """Every iteration's carries, stacked (what tidal's while_loop autodiff rule records)."""
+        self._import_hop_while_loop(loc, node, hop, stack_outputs=True)
 
     def _import_hop_scan(self, loc, node, hop):
         combine_arg, init, xs, consts = node.args[:4]
@@ -220,7 +226,7 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
             self._unsupported(
                 node,
                 f"higher-order operator '{hop.name()}' is not supported by tidal "
-                f"(supported: cond, while_loop, scan, associative_scan, map)",
+                f"(supported: cond, while_loop, while_loop_stack_output, scan, associative_scan, map)",
                 loc,
             )
         handler(loc, node, hop)

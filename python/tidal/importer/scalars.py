@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 aten = torch.ops.aten
-_CONTROL_FLOW = ("cond", "while_loop", "scan", "map_impl", "associative_scan")
+_CONTROL_FLOW = ("cond", "while_loop", "while_loop_stack_output", "scan", "map_impl", "associative_scan")
 
 
 def _is_scalar(v) -> bool:

@@ -3,32 +3,90 @@
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir.dialects import scf, tensor
+from torch_mlir.dialects import arith, scf, tensor
 
+from tidal.conversion import scf_builders as b
 from tidal.conversion.scf_builders import anchor_at_end, inline_body, replace_op
 from tidal.conversion.tidal_to_scf import LOWER_TO_SCF
+
+# First capacity of a stacked-output buffer, in rows; it doubles whenever it is full.
+INITIAL_ROWS = 16
 
 
 @LOWER_TO_SCF.rule("tidal.while")
 def lower_while_to_scf(op):
     """`scf.while`: the cond region computes the predicate (extracted to i1) in `before`, the
-    body region runs in `after`; consts are the op's own operands, visible inside scf regions."""
+    body region runs in `after`; consts are the op's own operands, visible inside scf regions.
+
+    With `stack_outputs`, the loop also carries one growing buffer per carry and the row count:
+    each iteration writes its carries into the next row, doubling a full buffer first (amortized
+    O(1) per row, no maximum trip count); the results are the buffers' first rows, or the initial
+    carries as one row when the loop did not run."""
     operands = list(op.operands)
     n = ir.IntegerAttr(op.attributes["num_carries"]).value
+    stacked = "stack_outputs" in op.attributes and ir.BoolAttr(op.attributes["stack_outputs"]).value
     carries, consts = operands[:n], operands[n:]
-    types = [v.type for v in carries]
+    carry_types = [v.type for v in carries]
     with ir.InsertionPoint(op), op.location:
-        loop = scf.WhileOp(types, carries)
-        before = loop.before.blocks.append(*types, arg_locs=[op.location] * n)
-        after = loop.after.blocks.append(*types, arg_locs=[op.location] * n)
+        buffers = []
+        if stacked:
+            buffers = [_empty_rows(r.type, b.index(INITIAL_ROWS), op) for r in op.results]
+            buffers.append(b.index(0))
+        init = [*carries, *buffers]
+        types = [v.type for v in init]
+        loop = scf.WhileOp(types, init)
+        before = loop.before.blocks.append(*types, arg_locs=[op.location] * len(types))
+        after = loop.after.blocks.append(*types, arg_locs=[op.location] * len(types))
         anchor = anchor_at_end(before)
-        (pred,) = inline_body(op.regions[0].blocks[0], list(before.arguments) + consts, anchor)
+        (pred,) = inline_body(op.regions[0].blocks[0], list(before.arguments)[:n] + consts, anchor)
         with ir.InsertionPoint(anchor):
             scf.ConditionOp(tensor.extract(pred, []), list(before.arguments))
         anchor.erase()
         anchor = anchor_at_end(after)
-        new_carries = inline_body(op.regions[1].blocks[0], list(after.arguments) + consts, anchor)
+        new_carries = inline_body(op.regions[1].blocks[0], list(after.arguments)[:n] + consts, anchor)
         with ir.InsertionPoint(anchor):
-            scf.YieldOp(new_carries)
+            rows = []
+            if stacked:
+                *bufs, count = list(after.arguments)[n:]
+                bufs = [_with_room(buf, count, op) for buf in bufs]
+                rows = [b.insert_step(c, buf, 0, count) for c, buf in zip(new_carries, bufs)]
+                rows.append(arith.AddIOp(count, b.index(1)).result)
+            scf.YieldOp([*new_carries, *rows])
         anchor.erase()
-    replace_op(op, list(loop.results))
+        results = list(loop.results)
+        if stacked:
+            *bufs, count = results[n:]
+            results = _stacked_results(op, carries, carry_types, bufs, count)
+    replace_op(op, results[: len(op.results)])
+
+
+def _empty_rows(stacked_type, rows, op):
+    return b.empty_like_stacked(stacked_type, rows, 0, f"'{op.name}' stacked result", op.location)
+
+
+def _with_room(buf, count, op):
+    """`buf`, or a buffer twice its size holding its rows when it is full."""
+    capacity = tensor.dim(buf, b.index(0))
+    full = arith.CmpIOp(arith.CmpIPredicate.eq, count, capacity).result
+    grow = scf.IfOp(full, [buf.type], has_else=True)
+    with ir.InsertionPoint(grow.then_block):
+        bigger = _empty_rows(buf.type, arith.MulIOp(capacity, b.index(2)).result, op)
+        scf.YieldOp([b.insert_rows(buf, bigger, capacity)])
+    with ir.InsertionPoint(grow.else_block):
+        scf.YieldOp([buf])
+    return grow.result
+
+
+def _stacked_results(op, carries, carry_types, bufs, count):
+    """The filled rows, or the initial carries as one row when the loop did not run."""
+    ran = arith.CmpIOp(arith.CmpIPredicate.ne, count, b.index(0)).result
+    pick = scf.IfOp(ran, [r.type for r in op.results], has_else=True)
+    with ir.InsertionPoint(pick.then_block):
+        scf.YieldOp([b.extract_rows(buf, count, r.type) for buf, r in zip(bufs, op.results)])
+    with ir.InsertionPoint(pick.else_block):
+        one = b.index(1)
+        scf.YieldOp([
+            b.insert_step(c, _empty_rows(r.type, one, op), 0, b.index(0))
+            for c, r in zip(carries, op.results)
+        ])
+    return list(pick.results)
