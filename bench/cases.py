@@ -543,6 +543,110 @@ class ConvDenoiser(Case):
         yield unit["cells"][0][0], unit["column"], measure(ctx, unit["backend"], program, (x, ts), reference=ref)
 
 
+def _train_step(params):
+    """invoke(fn, inputs): one forward+backward, gradients of sum of every output wrt `params`."""
+
+    def step(fn, xs):
+        for q in params:
+            q.grad = None
+        outs = fn(*xs)
+        sum(o.sum() for o in (outs if isinstance(outs, (tuple, list)) else (outs,))).backward()
+        return tuple(q.grad.clone() for q in params)
+
+    return step
+
+
+class RnnTrain(Case):
+    name = "rnn_train"
+    title = "RNN forward+backward: Python loop vs scan"
+    description = (
+        "h_t = tanh(x_t W + h U + b), T=128, B=32, H=128: grad of sum(h_T) + sum(all h_t) wrt W, U, b. "
+        "Columns: eager Python for-loop, eager scan (PyTorch's scan autograd), Inductor scan, tidal scan "
+        "(tidal's scan rule: entering carries as residuals, reverse scan of the step's VJP). Peak MB = extra "
+        "peak RSS of one step. Target: tidal <= 0.5x the eager loop's time."
+    )
+    metrics = [("time_s", "ms", 1e3, "{:.2f}"), ("peak_mem_mb", "peak MB", 1.0, "{:.1f}")]
+    COLS = [("eager:loop", "eager", "loop", "eager loop"), ("eager", "eager", "scan", "eager scan"),
+            ("inductor", "inductor", "scan", "inductor scan"), ("tidal", "tidal", "scan", "tidal scan")]
+    ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+
+    def sizes(self, quick):
+        return dict(T=8, B=4, H=16) if quick else dict(T=128, B=32, H=128)
+
+    def columns(self):
+        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
+
+    def row_params(self, quick):
+        s = self.sizes(quick)
+        return {f"T={s['T']} B={s['B']} H={s['H']}": s}
+
+    def units(self, quick, device):
+        (row, s), = self.row_params(quick).items()
+        return [_u(self.name, k, b, [row], variant=v, params=s, env=self.ENV) for k, b, v, _ in self.COLS]
+
+    def run_unit(self, ctx, unit):
+        from harness import measure
+
+        p = unit["params"]
+        inputs = rnn_inputs(p["T"], p["B"], p["H"], ctx.device)
+        ref_model = make_rnn("loop", p["H"], ctx.device, requires_grad=True)
+        ref = _train_step(list(ref_model.parameters()))(ref_model, inputs)
+        model = make_rnn(unit["variant"], p["H"], ctx.device, requires_grad=True)
+        step = _train_step(list(model.parameters()))
+        yield unit["cells"][0][0], unit["column"], measure(
+            ctx, unit["backend"], model, inputs, invoke=step, reference=ref, grad=True, memory=True)
+
+    def summarize(self, rows):
+        t = {k: (v.get("time_s") if v.get("status") == "ok" else None) for k, v in rows[0]["cells"].items()}
+        return {"tidal time / eager loop time (target <= 0.5)": t["tidal"] / t["eager:loop"]
+                if t.get("tidal") and t.get("eager:loop") else None}
+
+
+class AssociativeScanTrain(Case):
+    name = "associative_scan_train"
+    title = "Linear recurrence forward+backward with associative_scan: time and peak memory vs T"
+    description = (
+        "h_t = a_t h_{t-1} + b_t over 16 channels via associative_scan (generic on the CPU, pointwise on "
+        "cuda), grad of sum(h) wrt a and b. tidal: results as the only residuals, reverse sequential "
+        "scan of the combine's VJP (O(T)); PyTorch's rule builds a TxT matrix. Peak MB = extra peak RSS "
+        "of one step (cuda: allocator peak)."
+    )
+    metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("peak_mem_mb", "peak MB", 1.0, "{:.1f}")]
+    ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    C = 16
+
+    def lengths(self, quick):
+        return [64, 256] if quick else [1024, 8192, 65536]
+
+    def row_params(self, quick):
+        return {f"T={t}": {"T": t, "C": self.C} for t in self.lengths(quick)}
+
+    def units(self, quick, device):
+        # one process per length: a failure (or PyTorch's TxT memory) at one T spares the others
+        return [_u(self.name, b, b, [row], params=p, env=self.ENV)
+                for row, p in self.row_params(quick).items() for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
+        g = torch.Generator().manual_seed(3)
+        a = (0.9 + 0.1 * torch.rand(p["T"], p["C"], generator=g)).to(ctx.device).requires_grad_()
+        b = torch.randn(p["T"], p["C"], generator=g).to(ctx.device).requires_grad_()
+
+        def step(fn, xs):
+            a.grad = b.grad = None
+            fn(*xs).sum().backward()
+            return a.grad.clone(), b.grad.clone()
+
+        ref = step(program, (a, b)) if unit["backend"] != "eager" else None
+        yield unit["cells"][0][0], unit["column"], measure(
+            ctx, unit["backend"], program, (a, b), invoke=step, reference=ref, grad=True, memory=True)
+
+
 def make_weight(p, device):
     import torch
 
@@ -552,5 +656,6 @@ def make_weight(p, device):
 
 CASES = {
     c.name: c
-    for c in (CompileTime(), RnnScan(), WhileLoop(), AssociativeScan(), CondClamp(), ChunkedCE(), ConvDenoiser())
+    for c in (CompileTime(), RnnScan(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
+              CondClamp(), ChunkedCE(), ConvDenoiser())
 }

@@ -22,10 +22,6 @@ from tidal.tools.tidal_compile import load_program_file
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 FILES = sorted(p.name for p in CORPUS.glob("*.py"))
-# torch.export itself fails on these (they compile through torch.compile: test_backend.py). Dynamo
-# traces scan bodies for export with symbolic sizes; with GroupNorm between two convolutions torch
-# 2.13 then fails: "s9**2 is not tracked with proxy". strict xfail: it shows when torch fixes it.
-EXPORT_FAILS = {"conv_denoiser_scan.py": "torch.export: 's9**2 is not tracked with proxy' in the scan body"}
 CONTROL_FLOW_OPS = ["tidal.cond", "tidal.while", "tidal.scan", "tidal.associative_scan", "tidal.map"]
 TIDAL_OP = re.compile(r'"(tidal\.[a-z_]+)"')
 
@@ -48,11 +44,7 @@ def _ops(text: str) -> set[str]:
     return set(TIDAL_OP.findall(text)) & set(CONTROL_FLOW_OPS)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=EXPORT_FAILS[f])) if f in EXPORT_FAILS else f
-     for f in FILES],
-)
+@pytest.mark.parametrize("name", FILES)
 def test_corpus_imports_and_lowers(name):
     prog, torch_ir = _imported(name)
     ops = _ops(torch_ir)
@@ -68,8 +60,7 @@ def test_corpus_size_and_op_coverage():
     assert len(FILES) >= 30, f"corpus has only {len(FILES)} programs"
     seen: set[str] = set()
     for name in FILES:
-        if name not in EXPORT_FAILS:
-            seen |= _ops(_imported(name)[1])
+        seen |= _ops(_imported(name)[1])
     missing = [op for op in CONTROL_FLOW_OPS if op not in seen]
     assert not missing, f"no corpus program imports to {missing}"
 
