@@ -62,6 +62,19 @@ def fallback_mode(options: dict) -> str:
     return mode
 
 
+def scan_checkpoint_option(options: dict) -> int:
+    """`options["scan_checkpoint"]` (k: a differentiated scan keeps the carry of every k-th step
+    and recomputes the steps between in the backward), else `$TIDAL_SCAN_CHECKPOINT`, else 1."""
+    value = options.get("scan_checkpoint", os.environ.get("TIDAL_SCAN_CHECKPOINT", 1))
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or (isinstance(value, float) and value != k):
+        raise ValueError(f"tidal: scan_checkpoint must be a positive integer (steps per segment), got {value!r}")
+    return k
+
+
 def _unsupported_inputs(example_inputs) -> str | None:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     for t in tensors:
@@ -169,6 +182,7 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 
     options = dict(options or {})
     strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
+    checkpoint = scan_checkpoint_option(options)
     reason = _unsupported_inputs(example_inputs)
     if reason is not None:  # devices, layouts: eager (autograd included) on Dynamo's own graph
         fallback = _Fallback(lambda args: _run_eager(gm, args), reason, strict)
@@ -192,7 +206,7 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 
     # aot_autograd traces the joint forward+backward graph now (training) or the inference graph:
     # the control-flow HOPs differentiate with tidal's rules (tidal.autodiff).
-    with tracing_for_tidal():
+    with tracing_for_tidal(scan_checkpoint=checkpoint):
         return aot_autograd(
             fw_compiler=compiler_for("forward"),
             bw_compiler=compiler_for("backward"),

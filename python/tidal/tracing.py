@@ -11,14 +11,20 @@ _state = threading.local()
 
 
 @contextlib.contextmanager
-def tracing_for_tidal():
-    """Marks the tracing done here (torch.export, aot_autograd in tidal's backend) as tidal's."""
-    depth = getattr(_state, "depth", 0)
-    _state.depth = depth + 1
+def tracing_for_tidal(scan_checkpoint: int = 1):
+    """Marks the tracing done here (torch.export, aot_autograd in tidal's backend) as tidal's;
+    `scan_checkpoint` is what tidal's scan rule reads (`scan_checkpoint()`)."""
+    depth, checkpoint = getattr(_state, "depth", 0), getattr(_state, "scan_checkpoint", 1)
+    _state.depth, _state.scan_checkpoint = depth + 1, scan_checkpoint
     try:
         yield
     finally:
-        _state.depth = depth
+        _state.depth, _state.scan_checkpoint = depth, checkpoint
+
+
+def scan_checkpoint() -> int:
+    """Steps per checkpoint segment of a differentiated scan (1: every step's carry is kept)."""
+    return getattr(_state, "scan_checkpoint", 1)
 
 
 def _backend_chain(fn):

@@ -300,3 +300,33 @@ def test_scan_keeps_one_carry_per_step(compiled_graphs):
     (h.sum() + hs.sum()).backward()
     carries = 50 * 4 * 8 * 4
     assert _forward_residual_bytes(compiled_graphs, 2) <= 2 * carries + xs.numel() * 4 + 2 * 8 * 8 * 4
+
+
+@pytest.mark.parametrize("length,k,kept", [(64, 8, 8), (60, 8, 10), (64, 1, 64)])
+def test_scan_checkpoint_keeps_one_carry_per_segment_with_equal_gradients(compiled_graphs, length, k, kept):
+    """scan_checkpoint=k: segments of s steps (s the largest divisor of T not above k) keep only
+    the carry entering each segment; the backward recomputes the rest. Gradients as without."""
+    gen = torch.Generator().manual_seed(2)
+    h0 = torch.zeros(4, 8)
+    xs = torch.randn(length, 4, 8, generator=gen).requires_grad_()
+    w, u = (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_(), (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_()
+    compiled = torch.compile(rnn, backend="tidal", fullgraph=True, options={**STRICT, "scan_checkpoint": k})
+    h, hs = compiled(h0, xs, w, u)
+    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
+    with python_loops(rnn):
+        h2, hs2 = rnn(h0, xs, w, u)
+    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)  # weight cotangents summed in another order
+    carry = 4 * 8 * 4
+    inputs = xs.numel() * 4 + 2 * 8 * 8 * 4
+    assert _forward_residual_bytes(compiled_graphs, 2) == kept * carry + inputs
+
+
+@pytest.mark.parametrize("value", [0, -2, 2.5, "four"])
+def test_scan_checkpoint_option_is_checked(value):
+    from tidal.dynamo import scan_checkpoint_option
+
+    with pytest.raises(ValueError, match="scan_checkpoint must be a positive integer"):
+        scan_checkpoint_option({"scan_checkpoint": value})
+    assert scan_checkpoint_option({"scan_checkpoint": "16"}) == 16
+    assert scan_checkpoint_option({}) == 1

@@ -39,7 +39,7 @@ class AssociativeScanVJP(torch.autograd.Function):
         k, n_w = ctx.counts
         ys, xs, consts = split_into_chunks(saved_values(ctx), [k, k, n_w])
         g_ys = cotangents(grads, ctx.metas)
-        combine_vjp = vjp_fn(ctx.combine, (*[y[0] for y in ys], *[x[0] for x in xs], *consts), [m.dtype for m in ctx.metas])
+        combine_vjp = vjp_fn(ctx.combine, 2 * k + n_w, [m.dtype for m in ctx.metas])
 
         def adjoint_step(*args):
             from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_w, k, k, k, n_w])

@@ -34,7 +34,7 @@ class CondVJP(torch.autograd.Function):
         dtypes = [m.dtype for m in ctx.metas]
 
         def adjoint(branch):
-            branch_vjp = vjp_fn(branch, operands, dtypes)
+            branch_vjp = vjp_fn(branch, ctx.n, dtypes)
 
             def adjoint_branch(*args):
                 primals = args[: ctx.n]

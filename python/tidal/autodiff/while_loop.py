@@ -76,7 +76,7 @@ class WhileVJP(torch.autograd.Function):
         n_c, n_w = ctx.counts
         (steps,), entering, consts = split_into_chunks(saved_values(ctx), [1, n_c, n_w])
         g_final = cotangents(grads, ctx.metas)
-        body_vjp = vjp_fn(ctx.body, (*[e[0] for e in entering], *consts), [m.dtype for m in ctx.metas])
+        body_vjp = vjp_fn(ctx.body, n_c + n_w, [m.dtype for m in ctx.metas])
 
         def more_rows(k, *args):
             return k >= 0
