@@ -185,8 +185,7 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
     checkpoint = scan_checkpoint_option(options)
     reason = _unsupported_inputs(example_inputs)
     if reason is not None:  # devices, layouts: eager (autograd included) on Dynamo's own graph
-        fallback = _Fallback(lambda args: _run_eager(gm, args), reason, strict)
-        return lambda *args: fallback(list(args))
+        return _eager_graph(gm, reason, strict)
     dump_dir = options.get("dump_dir") or os.environ.get("TIDAL_DUMP_DIR")
     if dump_dir:
         dump_dir = os.path.join(dump_dir, f"graph{next(_graph_ids)}")
@@ -206,12 +205,21 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 
     # aot_autograd traces the joint forward+backward graph now (training) or the inference graph:
     # the control-flow HOPs differentiate with tidal's rules (tidal.autodiff).
-    with tracing_for_tidal(scan_checkpoint=checkpoint):
-        return aot_autograd(
-            fw_compiler=compiler_for("forward"),
-            bw_compiler=compiler_for("backward"),
-            decompositions=decomposition_table(),
-        )(gm, example_inputs)
+    try:
+        with tracing_for_tidal(scan_checkpoint=checkpoint):
+            return aot_autograd(
+                fw_compiler=compiler_for("forward"),
+                bw_compiler=compiler_for("backward"),
+                decompositions=decomposition_table(),
+            )(gm, example_inputs)
+    except TidalError as exc:  # a rule refused the graph while aot_autograd traced it
+        return _eager_graph(gm, _describe(exc), strict, cause=exc)
+
+
+def _eager_graph(gm, reason: str, strict: bool, cause: BaseException | None = None):
+    """Dynamo's own graph run by PyTorch (autograd included), with one warning (strict: raises)."""
+    fallback = _Fallback(lambda args: _run_eager(gm, args), reason, strict, cause=cause)
+    return lambda *args: fallback(list(args))
 
 
 def register() -> None:

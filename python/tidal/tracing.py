@@ -22,6 +22,11 @@ def tracing_for_tidal(scan_checkpoint: int = 1):
         _state.depth, _state.scan_checkpoint = depth, checkpoint
 
 
+def tidal_backend_is_tracing() -> bool:
+    """Inside `tracing_for_tidal()`: tidal's own tracing (not Dynamo's, whose graph tidal gets later)."""
+    return getattr(_state, "depth", 0) > 0
+
+
 def scan_checkpoint() -> int:
     """Steps per checkpoint segment of a differentiated scan (1: every step's carry is kept)."""
     return getattr(_state, "scan_checkpoint", 1)
@@ -38,7 +43,7 @@ def _backend_chain(fn):
 
 def tidal_is_tracing() -> bool:
     """Inside `tracing_for_tidal()`, or while Dynamo builds a graph for the tidal backend."""
-    if getattr(_state, "depth", 0):
+    if tidal_backend_is_tracing():
         return True
     from torch._dynamo.symbolic_convert import InstructionTranslator
 

@@ -330,3 +330,39 @@ def test_scan_checkpoint_option_is_checked(value):
         scan_checkpoint_option({"scan_checkpoint": value})
     assert scan_checkpoint_option({"scan_checkpoint": "16"}) == 16
     assert scan_checkpoint_option({}) == 1
+
+
+def test_while_loop_with_a_python_int_carry_gets_an_actionable_error():
+    def counted(x, w):
+        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, torch.tanh(x @ w)), (0, x))[1]
+
+    x, w = torch.randn(2, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+    with pytest.raises(Exception, match=r"carries are not all tensors \(int, .*pass Python numbers as torch.tensor"):
+        torch.compile(counted, backend="tidal", options=STRICT)(x, w)
+
+
+def test_a_rule_refusing_a_graph_gives_one_fallback_warning_and_eager_gradients(monkeypatch):
+    """A rule that refuses while aot_autograd traces (in the backend): the graph runs in eager,
+    gradients included, with one warning naming why; strict mode raises instead."""
+    import tidal.autodiff.map as map_rule
+    from tidal.diagnostics import TidalUnsupported
+    from tidal.dynamo import TidalCompileError, TidalFallbackWarning
+    from tidal.tracing import tidal_backend_is_tracing
+
+    original = map_rule.MapAutogradOp.apply
+
+    def refusing(*args):
+        if tidal_backend_is_tracing():
+            raise TidalUnsupported("the map rule refuses this graph (test)")
+        return original(*args)
+
+    monkeypatch.setattr(map_rule.MapAutogradOp, "apply", refusing)
+    xs, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 2, requires_grad=True)
+    compiled = torch.compile(per_row, backend="tidal", options={"fallback": "warn"})
+    with pytest.warns(TidalFallbackWarning, match="the map rule refuses this graph") as caught:
+        got = torch.autograd.grad(compiled(xs, w).sum(), (xs, w))
+    assert len([c for c in caught if issubclass(c.category, TidalFallbackWarning)]) == 1
+    torch.testing.assert_close(got, torch.autograd.grad(per_row(xs, w).sum(), (xs, w)))
+    torch._dynamo.reset()
+    with pytest.raises(TidalCompileError, match="the map rule refuses this graph"):
+        torch.compile(per_row, backend="tidal", options=STRICT)(xs, w)

@@ -22,7 +22,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from tidal.dialects import declare_transformation
-from tidal.tracing import tidal_is_tracing
+from tidal.diagnostics import TidalUnsupported
+from tidal.tracing import tidal_backend_is_tracing, tidal_is_tracing
 
 AUTODIFF = declare_transformation(
     "autodiff",
@@ -51,9 +52,19 @@ def _needs_grad(args, kwargs) -> bool:
 
 def _autograd_kernel(hop, rule, pytorch_kernel):
     def kernel(*args, **kwargs):
-        if _needs_grad(args, kwargs) and tidal_is_tracing():
+        if not (_needs_grad(args, kwargs) and tidal_is_tracing()):
+            return pytorch_kernel(*args, **kwargs)
+        try:
             return rule(*args, **kwargs)
-        return pytorch_kernel(*args, **kwargs)
+        except TidalUnsupported as refusal:
+            if tidal_backend_is_tracing():
+                raise  # the backend turns it into one fallback warning (strict: an error)
+            # Dynamo's fake-tensor run, before the backend sees the graph: PyTorch's rule may
+            # still give the shapes (the backend then falls back); if it fails too, say why
+            try:
+                return pytorch_kernel(*args, **kwargs)
+            except Exception:  # noqa: BLE001
+                raise refusal from None
 
     return kernel
 
