@@ -15,11 +15,16 @@ from torch._higher_order_ops.scan import scan_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values, split_into_chunks
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, trace_body, vjp_fn
-
-
-def _reversed(ts):
-    return [torch.flip(t, (0,)) for t in ts]
+from tidal.autodiff.common import (
+    Meta,
+    cotangents,
+    differentiable,
+    differentiate_wrt,
+    dispatch_keys,
+    reversed_steps,
+    trace_body,
+    vjp_fn,
+)
 
 
 class AssociativeScanVJP(torch.autograd.Function):
@@ -43,15 +48,13 @@ class AssociativeScanVJP(torch.autograd.Function):
 
         def adjoint_step(*args):
             from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_w, k, k, k, n_w])
-            for t in (*y_prev, *x_t, *w):
-                if differentiable(t):
-                    t.requires_grad_(True)
+            differentiate_wrt(*y_prev, *x_t, *w)
             total = [a + b for a, b in zip(g_y, from_later)]
             g_lhs, g_rhs, g_w_t = split_into_chunks(list(combine_vjp(*y_prev, *x_t, *w, *total)), [k, k, n_w])
             return (*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)], *g_rhs)
 
         init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w in consts]]
-        stacked = [*_reversed([y[:-1] for y in ys]), *_reversed([x[1:] for x in xs]), *_reversed([g[1:] for g in g_ys])]
+        stacked = [*reversed_steps([y[:-1] for y in ys]), *reversed_steps([x[1:] for x in xs]), *reversed_steps([g[1:] for g in g_ys])]
         adjoint = trace_body(
             adjoint_step,
             [*init, *stacked, *consts],

@@ -13,6 +13,19 @@ def differentiable(t) -> bool:
     return isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
+def reversed_steps(ts) -> list:
+    """Each tensor with its steps (dim 0) in reverse order."""
+    return [torch.flip(t, (0,)) for t in ts]
+
+
+def differentiate_wrt(*ts) -> None:
+    """Inside an adjoint body: its float primals are differentiated (they are the body's own
+    inputs, which need no grad outside it)."""
+    for t in ts:
+        if differentiable(t):
+            t.requires_grad_(True)
+
+
 def flat(outs) -> list:
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
@@ -66,4 +79,4 @@ def trace_body(fn, args, stacked, keys) -> torch.fx.GraphModule:
         return materialize_as_graph(fn, tuple(examples), keys[0], keys[1], force_enable_grad=True)
 
 
-__all__ = ["Meta", "cotangents", "differentiable", "dispatch_keys", "flat", "trace_body", "vjp_fn"]
+__all__ = ["Meta", "cotangents", "differentiable", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "trace_body", "vjp_fn"]

@@ -13,7 +13,16 @@ from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, trace_body, vjp_fn
+from tidal.autodiff.common import (
+    Meta,
+    cotangents,
+    differentiable,
+    differentiate_wrt,
+    dispatch_keys,
+    flat,
+    trace_body,
+    vjp_fn,
+)
 
 
 class CondVJP(torch.autograd.Function):
@@ -38,9 +47,7 @@ class CondVJP(torch.autograd.Function):
 
             def adjoint_branch(*args):
                 primals = args[: ctx.n]
-                for t in primals:
-                    if differentiable(t):
-                        t.requires_grad_(True)
+                differentiate_wrt(*primals)
                 return tuple(g.contiguous() for g in branch_vjp(*args))
 
             return trace_body(adjoint_branch, [*operands, *grads], [False] * (ctx.n + len(grads)), ctx.keys)

@@ -20,12 +20,18 @@ from torch._higher_order_ops.scan import scan_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values, split_into_chunks
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, trace_body, vjp_fn
+from tidal.autodiff.common import (
+    Meta,
+    cotangents,
+    differentiable,
+    differentiate_wrt,
+    dispatch_keys,
+    flat,
+    reversed_steps,
+    trace_body,
+    vjp_fn,
+)
 from tidal.tracing import scan_checkpoint
-
-
-def _reversed(ts):
-    return [torch.flip(t, (0,)) for t in ts]
 
 
 def _segments(ts, s):
@@ -91,9 +97,7 @@ class ScanVJP(torch.autograd.Function):
             g_c, g_w, c_t, x_t, g_y, w = split_into_chunks(args, [n_c, n_w, n_c, n_x, n_y, n_w])
             # every float primal is differentiated: the carry's cotangent chains through all steps
             # even where the caller's init or xs need no gradient
-            for t in (*c_t, *x_t, *w):
-                if differentiable(t):
-                    t.requires_grad_(True)
+            differentiate_wrt(*c_t, *x_t, *w)
             g_c_prev, g_x, g_w_t = split_into_chunks(list(step_vjp(*c_t, *x_t, *w, *g_c, *g_y)), [n_c, n_x, n_w])
             return (*g_c_prev, *[a + b for a, b in zip(g_w, g_w_t)], *g_x)
 
@@ -105,9 +109,9 @@ class ScanVJP(torch.autograd.Function):
 
         def reverse_scan(checkpoints, xs_, g_ys_, g_init, w):
             """The adjoint of the steps over xs_: carries entering them in `checkpoints`."""
-            stacked = [*_reversed(checkpoints), *_reversed(xs_), *_reversed(g_ys_)]
+            stacked = [*reversed_steps(checkpoints), *reversed_steps(xs_), *reversed_steps(g_ys_)]
             g_out, g_w, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, stacked, list(w))), [n_c, n_w, n_x])
-            return g_out, g_w, _reversed(g_xs_rev)
+            return g_out, g_w, reversed_steps(g_xs_rev)
 
         if s == 1:
             g_init, g_w, g_xs = reverse_scan(carries_in, xs, g_ys, init, consts)
@@ -124,9 +128,9 @@ class ScanVJP(torch.autograd.Function):
             adjoint_seg = trace_body(
                 adjoint_segment, [*init, *stacked, *consts], [False] * len(init) + [True] * len(stacked) + [False] * n_w, ctx.keys
             )
-            outs = scan_op(adjoint_seg, init, _reversed(stacked), list(consts))
+            outs = scan_op(adjoint_seg, init, reversed_steps(stacked), list(consts))
             g_init, g_w, g_xs_seg = split_into_chunks(list(outs), [n_c, n_w, n_x])
-            g_xs = _joined(_reversed(g_xs_seg))
+            g_xs = _joined(reversed_steps(g_xs_seg))
         grads_in = [*g_init, *g_xs, *g_w]
         operands = [*carries_in, *xs, *consts]  # dtypes of the operands, in order
         return None, None, None, None, *[g if differentiable(o) else None for g, o in zip(grads_in, operands)]

@@ -18,7 +18,16 @@ from torch._higher_order_ops.utils import save_values_for_backward, saved_values
 from torch._higher_order_ops.while_loop import while_loop_op, while_loop_stack_output_op
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, trace_body, vjp_fn
+from tidal.autodiff.common import (
+    Meta,
+    cotangents,
+    differentiable,
+    differentiate_wrt,
+    dispatch_keys,
+    flat,
+    trace_body,
+    vjp_fn,
+)
 from tidal.diagnostics import TidalUnsupported
 
 
@@ -84,9 +93,7 @@ class WhileVJP(torch.autograd.Function):
         def adjoint_step(k, *args):
             g_c, g_w, (steps_, *rows), w = split_into_chunks(list(args), [n_c, n_w, 1 + n_c, n_w])
             c_k = [_row(r, k) for r in rows]
-            for t in (*c_k, *w):
-                if differentiable(t):
-                    t.requires_grad_(True)
+            differentiate_wrt(*c_k, *w)
             g_c_prev, g_w_k = split_into_chunks(list(body_vjp(*c_k, *w, *g_c)), [n_c, n_w])
             ran = _row(steps_, k) > 0  # False only on the placeholder row of a loop that never ran
             return (
