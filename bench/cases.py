@@ -389,6 +389,15 @@ def _measure_shared(ctx, backend, program, inputs, ref, cache):
     return rec
 
 
+def recurrence_inputs(p, device):
+    """a in [0.9, 1), b normal, both [T, C] (a stable recurrence)."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    a = (0.9 + 0.1 * torch.rand(p["T"], p["C"], generator=g)).to(device)
+    return a, torch.randn(p["T"], p["C"], generator=g).to(device)
+
+
 class AssociativeScan(Case):
     name = "associative_scan"
     title = "Linear recurrence h_t = a_t h_{t-1} + b_t with associative_scan"
@@ -416,9 +425,7 @@ class AssociativeScan(Case):
 
         program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
         for row, p in self.row_params(ctx.quick).items():
-            g = torch.Generator().manual_seed(3)
-            a = (0.9 + 0.1 * torch.rand(p["T"], p["C"], generator=g)).to(ctx.device)
-            b = torch.randn(p["T"], p["C"], generator=g).to(ctx.device)
+            a, b = recurrence_inputs(p, ctx.device)
             with torch.no_grad():
                 ref = program(a, b)
             rec = measure(ctx, unit["backend"], program, (a, b), reference=ref)
@@ -602,24 +609,20 @@ class RnnTrain(Case):
                 if t.get("tidal") and t.get("eager:loop") else None}
 
 
-class AssociativeScanTrain(Case):
+class AssociativeScanTrain(AssociativeScan):
     name = "associative_scan_train"
     title = "Linear recurrence forward+backward with associative_scan: time and peak memory vs T"
     description = (
         "h_t = a_t h_{t-1} + b_t over 16 channels via associative_scan (generic on the CPU, pointwise on "
         "cuda), grad of sum(h) wrt a and b. tidal: results as the only residuals, reverse sequential "
-        "scan of the combine's VJP (O(T)); PyTorch's rule builds a TxT matrix. Peak MB = extra peak RSS "
-        "of one step (cuda: allocator peak)."
+        "scan of the combine's VJP (O(T)); PyTorch's rule for the HOP builds a TxT matrix. Peak MB = extra "
+        "peak RSS of one step (cuda: allocator peak)."
     )
     metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("peak_mem_mb", "peak MB", 1.0, "{:.1f}")]
     ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    C = 16
 
     def lengths(self, quick):
         return [64, 256] if quick else [1024, 8192, 65536]
-
-    def row_params(self, quick):
-        return {f"T={t}": {"T": t, "C": self.C} for t in self.lengths(quick)}
 
     def units(self, quick, device):
         # one process per length: a failure (or PyTorch's TxT memory) at one T spares the others
@@ -627,15 +630,11 @@ class AssociativeScanTrain(Case):
                 for row, p in self.row_params(quick).items() for b in BACKENDS]
 
     def run_unit(self, ctx, unit):
-        import torch
-
         from harness import measure
 
         p = unit["params"]
         program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
-        g = torch.Generator().manual_seed(3)
-        a = (0.9 + 0.1 * torch.rand(p["T"], p["C"], generator=g)).to(ctx.device).requires_grad_()
-        b = torch.randn(p["T"], p["C"], generator=g).to(ctx.device).requires_grad_()
+        a, b = (t.requires_grad_() for t in recurrence_inputs(p, ctx.device))
 
         def step(fn, xs):
             a.grad = b.grad = None
