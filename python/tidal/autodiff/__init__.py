@@ -8,8 +8,8 @@ cotangents), which tidal compiles like any other program (loops native).
 
 What aot_autograd cannot do well is the control-flow HOPs: PyTorch's own rules fail on `scan`
 ("scan might be aliasing the input or the output"), need `while_loop_stack_output` for
-`while_loop`, and build a T×T matrix for `associative_scan`. While tidal traces, each HOP's
-Autograd kernel is replaced by tidal's rule (`install_autodiff_rules()`): an autograd.Function whose
+`while_loop`, and build a T×T matrix for `associative_scan`. Each HOP's Autograd kernel
+dispatches to tidal's rule while tidal traces (`install_autodiff_rules()`): an autograd.Function whose
 forward emits the forward HOP with the residuals the adjoint needs, and whose backward emits the
 adjoint as HOPs again (a reverse scan, an adjoint cond, ...), with the body's VJPs traced from
 PyTorch's formulas. The rules are attached to the ops' registration entries under "autodiff"
@@ -30,14 +30,14 @@ AUTODIFF = declare_transformation(
     "reverse-mode rule: forward HOP with residuals + adjoint HOPs, traced by aot_autograd",
 )
 
-# HOP name → (its tidal op, the module and attribute of the HOP object)
-_HOPS = {
-    "scan": ("tidal.scan", "torch._higher_order_ops.scan", "scan_op"),
-    "cond": ("tidal.cond", "torch._higher_order_ops.cond", "cond_op"),
-    "map_impl": ("tidal.map", "torch._higher_order_ops.map", "map_impl"),
-    "associative_scan": ("tidal.associative_scan", "torch._higher_order_ops.associative_scan", "associative_scan_op"),
-    "while_loop": ("tidal.while", "torch._higher_order_ops.while_loop", "while_loop_op"),
-}
+# (tidal op, the module and attribute of PyTorch's HOP object)
+_HOPS = (
+    ("tidal.scan", "torch._higher_order_ops.scan", "scan_op"),
+    ("tidal.cond", "torch._higher_order_ops.cond", "cond_op"),
+    ("tidal.map", "torch._higher_order_ops.map", "map_impl"),
+    ("tidal.associative_scan", "torch._higher_order_ops.associative_scan", "associative_scan_op"),
+    ("tidal.while", "torch._higher_order_ops.while_loop", "while_loop_op"),
+)
 
 
 def _hop(module: str, attr: str):
@@ -50,7 +50,7 @@ def _needs_grad(args, kwargs) -> bool:
     return torch.is_grad_enabled() and pytree.tree_any_only(torch.Tensor, lambda t: t.requires_grad, (args, kwargs))
 
 
-def _autograd_kernel(hop, rule, pytorch_kernel):
+def _autograd_kernel(rule, pytorch_kernel):
     def kernel(*args, **kwargs):
         if not (_needs_grad(args, kwargs) and tidal_is_tracing()):
             return pytorch_kernel(*args, **kwargs)
@@ -83,12 +83,12 @@ def install_autodiff_rules() -> None:
 
     from tidal.dialects.registry import op_entry
 
-    for op_name, module, attr in _HOPS.values():
+    for op_name, module, attr in _HOPS:
         rule = op_entry(op_name).rule(AUTODIFF.name)
         if rule is None:
             continue
         hop = _hop(module, attr)
-        hop.py_kernels[DispatchKey.Autograd] = _autograd_kernel(hop, rule.fn, hop.py_kernels[DispatchKey.Autograd])
+        hop.py_kernels[DispatchKey.Autograd] = _autograd_kernel(rule.fn, hop.py_kernels[DispatchKey.Autograd])
         hop._dispatch_cache.clear()
     _installed = True
 
@@ -104,9 +104,9 @@ def training_ir(fn, *args, stage: str = "torch") -> tuple[str, str]:
     import tempfile
     from pathlib import Path
 
-    from tidal.compiler import STAGES
+    from tidal.compiler import stage_names
 
-    index = [name for name, _ in STAGES].index(stage)
+    index = stage_names().index(stage)
     with tempfile.TemporaryDirectory() as dump:
         compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "error", "dump_dir": dump})
         outs = pytree.tree_leaves(compiled(*args))
