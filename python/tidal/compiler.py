@@ -37,7 +37,7 @@ def lower(module: ir.Module, context: ir.Context, to: str, start: str = "torch",
 
         with context:
             for op in module.body.operations:
-                if op.operation.name == "func.func":
+                if op.operation.name == "func.func" and len(op.regions[0].blocks):  # not declarations
                     mark_entry(module, ir.StringAttr(op.attributes["sym_name"]).value)
     if to not in names:
         raise ValueError(f"unknown stage '{to}' (stages: {', '.join(names)})")

@@ -11,6 +11,7 @@ from torch_mlir import ir
 import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to-runtime)
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
+import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
 # torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
@@ -32,7 +33,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-fast-math, "
     f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
-    "tidal-matmul-to-blas, "
+    "tidal-matmul-to-blas, tidal-forall-to-threads, scf-forall-to-for, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, "
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "

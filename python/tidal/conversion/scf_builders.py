@@ -63,6 +63,49 @@ def insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> ir.Va
     return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
 
+def _range_geometry(full: ir.Value, dim: int, start: ir.Value, count: ir.Value):
+    """Positions [start, start + count) along `dim`, the other dims whole."""
+    t = full.type
+    dyn = ir.ShapedType.get_dynamic_size()
+    sizes, static_sizes = [], []
+    for k in range(t.rank):
+        if k == dim:
+            sizes.append(count)
+            static_sizes.append(dyn)
+        elif t.is_dynamic_dim(k):
+            sizes.append(tensor.dim(full, index(k)))
+            static_sizes.append(dyn)
+        else:
+            static_sizes.append(t.get_dim_size(k))
+    static_offsets = [dyn if k == dim else 0 for k in range(t.rank)]
+    return [start], sizes, static_offsets, static_sizes, [1] * t.rank
+
+
+def range_type(full_type: ir.Type, dim: int) -> ir.Type:
+    """`full_type` with `dim` dynamic: the type of a range of positions along it."""
+    shape = [ir.ShapedType.get_dynamic_size() if k == dim else full_type.get_dim_size(k) if not full_type.is_dynamic_dim(k)
+             else ir.ShapedType.get_dynamic_size() for k in range(full_type.rank)]
+    return ir.RankedTensorType.get(shape, full_type.element_type)
+
+
+def extract_range(full: ir.Value, dim: int, start: ir.Value, count: ir.Value) -> ir.Value:
+    """`full[..., start:start+count, ...]` along `dim` (rank kept, `dim` dynamic)."""
+    offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
+    return tensor.extract_slice(range_type(full.type, dim), full, offsets, sizes, [], so, ss, st)
+
+
+def parallel_insert_range(part: ir.Value, full: ir.Value, dim: int, start: ir.Value, count: ir.Value) -> None:
+    """Inside `scf.forall.in_parallel`: write `part` over positions [start, start+count) of `full`."""
+    offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
+    tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
+
+
+def parallel_insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> None:
+    """Inside `scf.forall.in_parallel`: write `part` at position `at` along `dim` of `full`."""
+    offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
+    tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
+
+
 def _rows_geometry(full: ir.Value, count: ir.Value):
     """Rows [0, count) of `full` along dim 0 (the other dims whole)."""
     t = full.type
@@ -123,6 +166,28 @@ def inline_body(block: ir.Block, args: Sequence[ir.Value], anchor: ir.Operation)
     values = list(terminator.operands)
     terminator.erase()
     return values
+
+
+def clone_body(block: ir.Block, args: Sequence[ir.Value], anchor: ir.Operation) -> list[ir.Value]:
+    """Like `inline_body`, but copies `block`'s ops (the block stays): for a body used at
+    several places. Values of the block (its arguments, its ops' results) are remapped in the
+    copies, nested regions included."""
+    mapping = dict(zip(block.arguments, args))
+
+    def remap(op):
+        for i, v in enumerate(op.operands):
+            if v in mapping:
+                op.operands[i] = mapping[v]
+        return ir.WalkResult.ADVANCE
+
+    ops = list(block.operations)
+    assert ops[-1].name == YIELD
+    for op in ops[:-1]:
+        copy = op.operation.clone(ip=ir.InsertionPoint(anchor))
+        copy.walk(remap)
+        for old, new in zip(op.results, copy.results):
+            mapping[old] = new
+    return [mapping.get(v, v) for v in ops[-1].operands]
 
 
 def anchor_at_end(block: ir.Block) -> ir.Operation:

@@ -1,49 +1,198 @@
-"""`tidal.associative_scan` → a sequential running combine in an `scf.for`."""
+"""`tidal.associative_scan` → a sequential running combine in an `scf.for`, and for long scans a
+blocked scan whose blocks run in parallel (`scf.forall`, on threads after `tidal-forall-to-threads`).
+"""
 
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir.dialects import arith, scf
+from torch_mlir.dialects import arith, func, scf
 
 from tidal.conversion import scf_builders as b
 from tidal.conversion.tidal_to_scf import LOWER_TO_SCF
 
+# Below this many steps a blocked scan cannot pay for starting the thread team (a few µs) and
+# for its extra fold of each block; the lowering then emits the sequential loop alone.
+PARALLEL_MIN_STEPS = 8192
+
 
 @LOWER_TO_SCF.rule("tidal.associative_scan")
 def lower_associative_scan_to_scf(op):
-    """A sequential running combine on the CPU: out[first] = x[first], then
-    out[t] = combine(out[t-1], x[t]) for each later t (in scan order). One pass, O(T) work.
+    """A sequential running combine: out[first] = x[first], then out[t] = combine(out[t-1], x[t])
+    for each later t (in scan order). One pass, O(T) work.
 
     The loop carries only the results: the previous prefix is read back from them, so once
     `eliminate-empty-tensors` lets the combine write its slice of the result in place (the slices
-    at t-1 and t are provably disjoint), a step allocates and copies nothing."""
+    at t-1 and t are provably disjoint), a step allocates and copies nothing.
+
+    A scan that may reach `PARALLEL_MIN_STEPS` steps also gets the blocked form (reduce, then
+    scan), taken at run time when more than one thread is allowed: see `_blocked_scan`."""
     k, dim, reverse = (op.attributes[a].value for a in ("num_xs", "dim", "reverse"))
     operands = list(op.operands)
     xs, consts = operands[:k], operands[k:]
     body = op.regions[0].blocks[0]
-    slice_types = [a.type for a in list(body.arguments)[:k]]
+    scan = _Scan(body, consts, [a.type for a in list(body.arguments)[:k]], dim, reverse)
+    t = xs[0].type
+    may_be_long = t.is_dynamic_dim(dim) or t.get_dim_size(dim) >= PARALLEL_MIN_STEPS
     with ir.InsertionPoint(op), op.location:
         length = b.dim_size(xs[0], dim)
+        outs = [b.empty_like_stacked(x.type, length, dim, f"'{op.name}' result", op.location) for x in xs]
+        if not may_be_long:
+            results = scan.rows(xs, outs, None, consume_body=True)
+        else:
+            threads = arith.IndexCastOp(ir.IndexType.get(), func.CallOp([ir.IntegerType.get_signless(32)], _max_threads(op), []).result).result
+            parallel = arith.AndIOp(
+                arith.CmpIOp(arith.CmpIPredicate.sge, threads, b.index(2)).result,
+                arith.CmpIOp(arith.CmpIPredicate.sge, length, b.index(PARALLEL_MIN_STEPS)).result,
+            ).result
+            choice = scf.IfOp(parallel, [o.type for o in outs], has_else=True)
+            with ir.InsertionPoint(choice.then_block):
+                scf.YieldOp(_blocked_scan(scan, xs, outs, length, threads))
+            with ir.InsertionPoint(choice.else_block):
+                scf.YieldOp(scan.rows(xs, outs, None))
+            results = list(choice.results)
+    b.replace_op(op, results)
+
+
+def _max_threads(op) -> ir.FlatSymbolRefAttr:
+    from tidal.backends.threads import ensure_runtime_decl
+
+    module = op
+    while module.name != "builtin.module":
+        module = module.parent
+    return ensure_runtime_decl(module, "omp_get_max_threads")
+
+
+class _Scan:
+    """The pieces of a scan in scan order (`reverse` walks positions from the end), each built
+    from a copy of the combine body where it is needed."""
+
+    def __init__(self, body: ir.Block, consts, slice_types, dim: int, reverse: bool):
+        self.body, self.consts, self.slice_types, self.dim, self.reverse = body, consts, slice_types, dim, reverse
+
+    def combine(self, lhs, rhs, anchor, consume_body=False):
+        args = list(lhs) + list(rhs) + self.consts
+        if consume_body:
+            return b.inline_body(self.body, args, anchor)
+        return b.clone_body(self.body, args, anchor)
+
+    def step(self, values, at):
+        return [b.extract_step(v, self.dim, at, st) for v, st in zip(values, self.slice_types)]
+
+    def rows(self, xs, outs, carry, consume_body=False):
+        """`outs` (shaped like `xs`) filled with the inclusive scan of `xs`, entered with
+        `carry` (None: the first element starts it). Needs at least one position."""
+        dim, reverse = self.dim, self.reverse
+        length = b.dim_size(xs[0], dim)
         first = b.step_index(b.index(0), length, reverse)
-        outs0 = [
-            b.insert_step(
-                b.extract_step(x, dim, first, st),
-                b.empty_like_stacked(x.type, length, dim, f"'{op.name}' result", op.location),
-                dim,
-                first,
-            )
-            for x, st in zip(xs, slice_types)
-        ]
-        loop = scf.ForOp(b.index(1), length, b.index(1), outs0)
-        iv, outs = loop.induction_variable, list(loop.inner_iter_args)
+        start = self.step(xs, first)
+        if carry is not None:
+            anchor = ir.Operation.create("tidal.lowering_anchor")
+            start = self.combine(carry, start, anchor)
+            anchor.erase()
+        outs = [b.insert_step(v, o, dim, first) for v, o in zip(start, outs)]
+        loop = scf.ForOp(b.index(1), length, b.index(1), outs)
+        iv, acc_outs = loop.induction_variable, list(loop.inner_iter_args)
         anchor = b.anchor_at_end(loop.body)
         with ir.InsertionPoint(anchor):
             t = b.step_index(iv, length, reverse)
             prev = b.step_index(arith.SubIOp(iv, b.index(1)).result, length, reverse)
-            acc = [b.extract_step(out, dim, prev, st) for out, st in zip(outs, slice_types)]
-            x_t = [b.extract_step(x, dim, t, st) for x, st in zip(xs, slice_types)]
-        combined = b.inline_body(body, acc + x_t + consts, anchor)
+            acc, x_t = self.step(acc_outs, prev), self.step(xs, t)
+        combined = self.combine(acc, x_t, anchor, consume_body)
         with ir.InsertionPoint(anchor):
-            scf.YieldOp([b.insert_step(c, out, dim, t) for c, out in zip(combined, outs)])
+            scf.YieldOp([b.insert_step(c, out, dim, t) for c, out in zip(combined, acc_outs)])
         anchor.erase()
-    b.replace_op(op, list(loop.results))
+        return list(loop.results)
+
+
+def _forall(count: ir.Value, lower: int, shared: list[ir.Value]):
+    """`scf.forall (%j) = (lower) to (count)` over `shared` tensors; returns (op, j, shared args)."""
+    op = scf.ForallOp([lower], [count], [1], shared)
+    return op, op.induction_variables[0], list(op.inner_iter_args), op.body
+
+
+def _in_parallel(block: ir.Block):
+    with ir.InsertionPoint(block):
+        term = scf.InParallelOp()
+    return term.region.blocks[0] if len(term.region.blocks) else term.region.blocks.append()
+
+
+def _blocked_scan(scan: _Scan, xs, outs, length, threads):
+    """Reduce-then-scan over `threads` + 1 blocks of scan positions, on `threads` threads:
+
+    1. in parallel: blocks 0..nb-2 are each scanned on their own into the result (block 0 is
+       then final; the others' last rows are their totals, and are scanned again in 3.; a scan
+       writes in place where a fold would carry its accumulator through fresh buffers);
+    2. the carry entering each block: a short sequential scan of the totals;
+    3. in parallel: each block j in 1..nb-1 is scanned into the result from its carry.
+
+    Two passes of T/(threads+1) steps each instead of one of T: (threads+1)/2 faster when the
+    combine, not memory, is the cost. The combine is associative, so only rounding differs from
+    the sequential order."""
+    dim, reverse = scan.dim, scan.reverse
+    size = arith.CeilDivSIOp(length, arith.AddIOp(threads, b.index(1)).result).result
+    blocks = arith.CeilDivSIOp(length, size).result
+
+    def block_range(j):
+        """(first row, row count) in memory of block j (blocks numbered in scan order)."""
+        lo = arith.MulIOp(j, size).result
+        hi = arith.MinSIOp(arith.AddIOp(lo, size).result, length).result
+        count = arith.SubIOp(hi, lo).result
+        return (arith.SubIOp(length, hi).result if reverse else lo), count
+
+    totals = [b.empty_like_stacked(_stacked_type(st), blocks, 0, "block totals", None) for st in scan.slice_types]
+
+    # 1. scan blocks 0..nb-2 on their own; their last rows are the totals.
+    n = len(xs)
+    last_block = arith.SubIOp(blocks, b.index(1)).result
+    phase1, j, shared, block = _forall(last_block, 0, outs + totals)
+    with ir.InsertionPoint(block):
+        start, count = block_range(j)
+        x_blk = [b.extract_range(x, dim, start, count) for x in xs]
+        o_blk = [b.extract_range(o, dim, start, count) for o in shared[:n]]
+        scanned = scan.rows(x_blk, o_blk, None)
+        last = b.step_index(arith.SubIOp(count, b.index(1)).result, count, reverse)
+        result = scanned + scan.step(scanned, last)
+    with ir.InsertionPoint(_in_parallel(block)):
+        for part, full in zip(result[:n], shared[:n]):
+            b.parallel_insert_range(part, full, dim, start, count)
+        for part, full in zip(result[n:], shared[n:]):
+            b.parallel_insert_step(part, full, 0, j)
+    outs, totals = list(phase1.results)[:n], list(phase1.results)[n:]
+
+    # 2. totals[j] becomes the carry entering block j + 1.
+    loop = scf.ForOp(b.index(1), last_block, b.index(1), totals)
+    anchor = b.anchor_at_end(loop.body)
+    acc = list(loop.inner_iter_args)
+    with ir.InsertionPoint(anchor):
+        iv = loop.induction_variable
+        prev, here = _totals_at(acc, arith.SubIOp(iv, b.index(1)).result, scan), _totals_at(acc, iv, scan)
+    combined = scan.combine(prev, here, anchor)
+    with ir.InsertionPoint(anchor):
+        scf.YieldOp([b.insert_step(c, t, 0, iv) for c, t in zip(combined, acc)])
+    anchor.erase()
+    carries = list(loop.results)
+
+    # 3. scan blocks 1..nb-1 from their carries.
+    phase2, j, shared, block = _forall(blocks, 1, outs)
+    with ir.InsertionPoint(block):
+        start, count = block_range(j)
+        x_blk = [b.extract_range(x, dim, start, count) for x in xs]
+        o_blk = [b.extract_range(o, dim, start, count) for o in shared]
+        carry = _totals_at(carries, arith.SubIOp(j, b.index(1)).result, scan)
+        scanned = scan.rows(x_blk, o_blk, carry)
+    with ir.InsertionPoint(_in_parallel(block)):
+        for part, full in zip(scanned, shared):
+            b.parallel_insert_range(part, full, dim, start, count)
+    return list(phase2.results)
+
+
+def _stacked_type(slice_type: ir.Type) -> ir.Type:
+    shape = [ir.ShapedType.get_dynamic_size()] + [
+        ir.ShapedType.get_dynamic_size() if slice_type.is_dynamic_dim(k) else slice_type.get_dim_size(k)
+        for k in range(slice_type.rank)
+    ]
+    return ir.RankedTensorType.get(shape, slice_type.element_type)
+
+
+def _totals_at(totals, j, scan: _Scan):
+    return [b.extract_step(t, 0, j, st) for t, st in zip(totals, scan.slice_types)]

@@ -1,0 +1,55 @@
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-lower-to-scf)' | filecheck %s
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-lower-to-scf, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, tidal-forall-to-threads, scf-forall-to-for)' | filecheck %s --check-prefix=THREADS
+// A scan that may be long gets the blocked form beside the sequential loop, chosen at run time
+// from the thread count: block scans in parallel (scf.forall), a sequential scan of the block
+// totals, block re-scans from their carries in parallel. Each forall runs on the OpenMP team.
+
+#map = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @long_scan
+// CHECK: %[[N:.*]] = call @omp_get_max_threads() : () -> i32
+// CHECK: %[[TEAM:.*]] = arith.index_cast %[[N]]
+// CHECK: %[[TWO:.*]] = arith.cmpi sge, %[[TEAM]], %c2
+// CHECK: %[[LONG:.*]] = arith.cmpi sge, %{{.*}}, %c8192
+// CHECK: %[[PAR:.*]] = arith.andi %[[TWO]], %[[LONG]]
+// CHECK: scf.if %[[PAR]]
+// CHECK:   scf.forall (%[[J:.*]]) in (%{{.*}}) shared_outs(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<16384x16xf32>, tensor<?x16xf32>)
+// CHECK:     scf.for
+// CHECK:       arith.mulf
+// CHECK:     scf.forall.in_parallel
+// CHECK:       tensor.parallel_insert_slice {{.*}} : tensor<?x16xf32> into tensor<16384x16xf32>
+// CHECK:       tensor.parallel_insert_slice {{.*}} : tensor<16xf32> into tensor<?x16xf32>
+// CHECK:   scf.for
+// CHECK:     arith.mulf
+// CHECK:   scf.forall (%{{.*}}) = (1) to (%{{.*}}) step (1) shared_outs
+// CHECK:     arith.mulf
+// CHECK:     scf.for
+// CHECK:       arith.mulf
+// CHECK: } else {
+// CHECK:   scf.for %{{.*}} = %c1 to %c16384
+// CHECK:     arith.mulf
+// CHECK-NOT: tidal.associative_scan
+
+// THREADS-LABEL: func.func @long_scan
+// THREADS-NOT: scf.forall
+// THREADS: call @GOMP_parallel(%{{.*}}, %{{.*}}, %c0_i32, %c0_i32) : (!llvm.ptr, !llvm.ptr, i32, i32) -> ()
+// THREADS: scf.for
+// THREADS: call @GOMP_parallel
+// THREADS: func.func private @__tidal_parallel_0(%[[CTX:.*]]: !llvm.ptr)
+// THREADS:   llvm.load %[[CTX]]
+// THREADS:   call @omp_get_thread_num()
+// THREADS:   call @omp_get_num_threads()
+// THREADS:   scf.for
+// THREADS: func.func private @__tidal_parallel_1(%{{.*}}: !llvm.ptr)
+func.func @long_scan(%x: tensor<16384x16xf32>) -> tensor<16384x16xf32> {
+  %r = "tidal.associative_scan"(%x) ({
+  ^bb0(%l: tensor<16xf32>, %rr: tensor<16xf32>):
+    %e = tensor.empty() : tensor<16xf32>
+    %m = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%l, %rr : tensor<16xf32>, tensor<16xf32>) outs(%e : tensor<16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %p = arith.mulf %a, %b : f32
+      linalg.yield %p : f32
+    } -> tensor<16xf32>
+    "tidal.yield"(%m) : (tensor<16xf32>) -> ()
+  }) {num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<16384x16xf32>) -> tensor<16384x16xf32>
+  return %r : tensor<16384x16xf32>
+}

@@ -1,0 +1,128 @@
+"""Compiled code on torch's OpenMP team: `tidal-forall-to-threads` runs a forall's iterations on
+the threads `torch.set_num_threads` allows, and a long `associative_scan` takes its blocked
+(reduce-then-scan) form there. Values against eager at 1, 2 and 3 threads (3 oversubscribes a
+2-core CI machine on purpose: the block count follows the team, not the cores)."""
+
+import pytest
+import torch
+from torch._higher_order_ops import associative_scan
+
+from tidal.compiler import compile_program
+from tidal.conversion.tidal_to_scf.associative_scan import PARALLEL_MIN_STEPS
+
+
+@pytest.fixture
+def threads():
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+# Each iteration writes the number of the thread that ran it.
+WHO_RAN = """
+func.func private @omp_get_thread_num() -> i32
+func.func @main(%x: tensor<4xi32>) -> tensor<4xi32> {
+  %r = scf.forall (%j) in (4) shared_outs(%o = %x) -> tensor<4xi32> {
+    %t = func.call @omp_get_thread_num() : () -> i32
+    %one = tensor.from_elements %t : tensor<1xi32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %one into %o[%j] [1] [1] : tensor<1xi32> into tensor<4xi32>
+    }
+  }
+  return %r : tensor<4xi32>
+}
+"""
+
+
+def _native(text):
+    from torch_mlir import ir
+
+    import tidal.init_all  # noqa: F401
+    from tidal.compiler import lower
+    from tidal.context import make_context
+    from tidal.runtime.executable import NativeFunction, signature_of
+
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        args, results = signature_of(module, "main")
+        lower(module, ctx, "llvm", start="linalg")
+        return NativeFunction.from_llvm_module(module, "main", args, results)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_forall_runs_on_the_team(threads, n):
+    threads(n)
+    who = _native(WHO_RAN)(torch.full((4,), -1, dtype=torch.int32))[0]
+    # Contiguous chunks of ceil(4 / n) iterations per thread, in thread order.
+    chunk = -(-4 // n)
+    assert who.tolist() == [i // chunk for i in range(4)]
+
+
+def linear_recurrence(reverse=False, dim=0):
+    def program(a, b):
+        def combine(left, right):
+            a1, b1 = left
+            a2, b2 = right
+            return a1 * a2, a2 * b1 + b2
+
+        return associative_scan(combine, (a, b), dim=dim, reverse=reverse, combine_mode="generic")
+
+    return program
+
+
+def matrix_product(xs):
+    # Not elementwise, not commutative: block order matters.
+    return associative_scan(lambda l, r: l @ r, xs, dim=0, combine_mode="generic")
+
+
+def _recurrence_inputs(shape):
+    g = torch.Generator().manual_seed(0)
+    return 0.9 + 0.1 * torch.rand(shape, generator=g), torch.randn(shape, generator=g)
+
+
+@pytest.mark.parametrize("steps", [PARALLEL_MIN_STEPS, PARALLEL_MIN_STEPS + 7, 3 * PARALLEL_MIN_STEPS + 1])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_blocked_linear_recurrence(threads, steps, n):
+    program = linear_recurrence()
+    a, b = _recurrence_inputs((steps, 4))
+    compiled = compile_program(program, (a, b))
+    threads(n)
+    for got, want in zip(compiled(a, b), program(a, b)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("reverse,dim", [(True, 0), (False, 1), (True, 1)])
+def test_blocked_reverse_and_inner_dim(threads, reverse, dim):
+    program = linear_recurrence(reverse, dim)
+    shape = (PARALLEL_MIN_STEPS + 5, 3) if dim == 0 else (3, PARALLEL_MIN_STEPS + 5)
+    a, b = _recurrence_inputs(shape)
+    compiled = compile_program(program, (a, b))
+    threads(2)
+    for got, want in zip(compiled(a, b), program(a, b)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_matrix_product_keeps_block_order(threads):
+    g = torch.Generator().manual_seed(1)
+    # Rotations: products stay bounded over any number of steps.
+    angle = torch.rand(PARALLEL_MIN_STEPS + 3, generator=g, dtype=torch.float64) * 0.01
+    c, s = angle.cos(), angle.sin()
+    xs = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+    xs[:, 0, 1] += 1e-3  # no longer commuting rotations
+    compiled = compile_program(matrix_product, (xs,))
+    threads(2)
+    torch.testing.assert_close(compiled(xs)[0], matrix_product(xs)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_blocked_under_torch_compile_dynamic_length(threads):
+    program = linear_recurrence()
+    compiled = torch.compile(program, backend="tidal")
+    threads(2)
+    with torch.no_grad():
+        for steps in (100, PARALLEL_MIN_STEPS + 11, 2 * PARALLEL_MIN_STEPS):
+            a, b = _recurrence_inputs((steps, 4))
+            torch._dynamo.mark_dynamic(a, 0)
+            torch._dynamo.mark_dynamic(b, 0)
+            for got, want in zip(compiled(a, b), program(a, b)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
