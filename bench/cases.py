@@ -140,45 +140,50 @@ def cond_clamp(x):
     return torch.cond(x.isnan().any() | x.isinf().any(), scrub, identity, (x,))
 
 
-def make_chunked_ce(variant: str, d: int, vocab: int, chunk: int, device: str):
-    """Mean cross-entropy of hidden @ W against integer targets: full logits ("naive"), chunk by
-    chunk in a Python loop ("loop"), or chunk by chunk with scan ("scan", paper appendix F.3)."""
+def chunked_ce_programs(chunk: int):
+    """Mean cross-entropy of hidden @ weight against integer targets, as fn(hidden, targets, weight):
+    full logits ("naive"), chunk by chunk in a Python loop ("loop"), or chunk by chunk with scan
+    ("scan", paper appendix F.3)."""
     import torch
     from torch._higher_order_ops import scan
 
-    g = torch.Generator().manual_seed(2)
-    weight = (torch.randn(d, vocab, generator=g) * d**-0.5).to(device)
-
-    def chunk_nll_sum(h, t):
+    def chunk_nll_sum(h, t, weight):
         logits = h @ weight
         lse = torch.logsumexp(logits, dim=-1)
         picked = logits.gather(1, t.unsqueeze(1)).squeeze(1)
         return (lse - picked).sum()
 
-    def naive(hidden, targets):
-        return chunk_nll_sum(hidden, targets) / hidden.shape[0]
+    def naive(hidden, targets, weight):
+        return chunk_nll_sum(hidden, targets, weight) / hidden.shape[0]
 
-    def loop(hidden, targets):
+    def loop(hidden, targets, weight):
         n = hidden.shape[0]
         total = hidden.new_zeros(())
         for s in range(0, n, chunk):
-            total = total + chunk_nll_sum(hidden[s:s + chunk], targets[s:s + chunk])
+            total = total + chunk_nll_sum(hidden[s:s + chunk], targets[s:s + chunk], weight)
         return total / n
 
-    def scanned(hidden, targets):
+    def scanned(hidden, targets, weight):
         n = hidden.shape[0]
         hs = hidden.reshape(n // chunk, chunk, hidden.shape[1])
         ts = targets.reshape(n // chunk, chunk)
 
         def step(acc, xs):
             h, t = xs
-            s = chunk_nll_sum(h, t)
+            s = chunk_nll_sum(h, t, weight)
             return acc + s, s.clone()
 
         total, _ = scan(step, hidden.new_zeros(()), (hs, ts))
         return total / n
 
-    return {"naive": naive, "loop": loop, "scan": scanned}[variant]
+    return {"naive": naive, "loop": loop, "scan": scanned}
+
+
+def make_chunked_ce(variant: str, d: int, vocab: int, chunk: int, device: str):
+    """`chunked_ce_programs`' variant over a fixed weight: fn(hidden, targets)."""
+    weight = make_weight(dict(d=d, V=vocab), device)
+    program = chunked_ce_programs(chunk)[variant]
+    return lambda hidden, targets: program(hidden, targets, weight)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -504,6 +509,36 @@ class ChunkedCE(Case):
         yield unit["cells"][0][0], unit["column"], rec
 
 
+class ChunkedCETrain(ChunkedCE):
+    name = "chunked_ce_train"
+    title = "Chunked cross-entropy training step: gradients wrt hidden and weight"
+    description = (
+        "One forward+backward of the mean cross-entropy of hidden[N, d] @ W[d, V] (both require grad): "
+        "full logits (naive), a Python loop over chunks, scan over chunks (tidal: its scan rule keeps only "
+        "the accumulator entering each chunk and recomputes the chunk's logits in the backward, so no "
+        "[N, V] logits are ever live). Peak memory = extra peak RSS of one step."
+    )
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        g = torch.Generator().manual_seed(5)
+        hidden = torch.randn(p["N"], p["d"], generator=g).to(ctx.device).requires_grad_()
+        targets = torch.randint(0, p["V"], (p["N"],), generator=g).to(ctx.device)
+        weight = make_weight(p, ctx.device).requires_grad_()
+        program = chunked_ce_programs(p["chunk"])[unit["variant"]]
+        step = _train_step([hidden, weight])
+        ref_hidden, ref_weight = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        ref = _train_step([ref_hidden, ref_weight])(
+            lambda h, t, w: torch.nn.functional.cross_entropy(h @ w, t), (ref_hidden, targets, ref_weight))
+        rec = measure(ctx, unit["backend"], program, (hidden, targets, weight), invoke=step, reference=ref,
+                      grad=True, memory=True)
+        yield unit["cells"][0][0], unit["column"], rec
+
+
 def make_denoiser_sampler(c: int, device: str):
     """test/corpus/conv_denoiser_scan.py's sampler (a conv denoiser over a timestep schedule with
     scan) with `c` channels."""
@@ -656,5 +691,5 @@ def make_weight(p, device):
 CASES = {
     c.name: c
     for c in (CompileTime(), RnnScan(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
-              CondClamp(), ChunkedCE(), ConvDenoiser())
+              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser())
 }

@@ -7,6 +7,7 @@ scan. (Adapted from test/functorch/test_control_flow.py and torch/testing/_inter
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from torch._higher_order_ops import associative_scan, scan, while_loop
 
 
@@ -107,6 +108,35 @@ def test_pytorch_hop_db_program(info, dtype):
         compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
         with torch.no_grad():
             torch.testing.assert_close(compiled(*args, **sample.kwargs), info.op(*args, **sample.kwargs))
+
+
+def _grad_cases():
+    # The hop_db programs with inputs that require grad (while_loop's sample has none).
+    return [
+        c
+        for c in _hop_db_cases()
+        if any(t.requires_grad for s in c.values[0].sample_inputs("cpu", torch.float64, requires_grad=True)
+               for t in pytree.tree_leaves((s.input, s.args, s.kwargs)) if isinstance(t, torch.Tensor))
+    ]
+
+
+@pytest.mark.parametrize("info", _grad_cases())
+def test_pytorch_hop_db_gradients(info):
+    """Gradients of PyTorch's HOP OpInfo programs through tidal's autodiff, against eager autograd."""
+    for sample in info.sample_inputs("cpu", torch.float64, requires_grad=True):
+        args = (sample.input, *sample.args)
+        leaves = [t for t in pytree.tree_leaves((args, sample.kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
+        torch._dynamo.reset()
+        compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
+
+        def grads(fn):
+            outs = [o for o in pytree.tree_leaves(fn(*args, **sample.kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
+            g = torch.Generator().manual_seed(0)
+            loss = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
+            return torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+
+        for got, want in zip(grads(compiled), grads(info.op)):
+            torch.testing.assert_close(got, want)
 
 
 # -- associative_scan under torch.compile: one op, any combine, nested or not ----------------------

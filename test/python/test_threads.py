@@ -59,12 +59,11 @@ def test_forall_runs_on_the_team(threads, n):
     assert who.tolist() == [i // chunk for i in range(4)]
 
 
-def linear_recurrence(reverse=False, dim=0):
+def log_sum_and_product(reverse=False, dim=0):
+    # Compute-bound (exp/log): the kind of combine that gets the blocked form.
     def program(a, b):
         def combine(left, right):
-            a1, b1 = left
-            a2, b2 = right
-            return a1 * a2, a2 * b1 + b2
+            return torch.logaddexp(left[0], right[0]), left[1] * right[1]
 
         return associative_scan(combine, (a, b), dim=dim, reverse=reverse, combine_mode="generic")
 
@@ -76,16 +75,16 @@ def matrix_product(xs):
     return associative_scan(lambda l, r: l @ r, xs, dim=0, combine_mode="generic")
 
 
-def _recurrence_inputs(shape):
+def _inputs(shape):
     g = torch.Generator().manual_seed(0)
-    return 0.9 + 0.1 * torch.rand(shape, generator=g), torch.randn(shape, generator=g)
+    return torch.randn(shape, generator=g), 1 + 1e-4 * torch.randn(shape, generator=g)
 
 
 @pytest.mark.parametrize("steps", [PARALLEL_MIN_STEPS, PARALLEL_MIN_STEPS + 7, 3 * PARALLEL_MIN_STEPS + 1])
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_blocked_linear_recurrence(threads, steps, n):
-    program = linear_recurrence()
-    a, b = _recurrence_inputs((steps, 4))
+def test_blocked_scan(threads, steps, n):
+    program = log_sum_and_product()
+    a, b = _inputs((steps, 4))
     compiled = compile_program(program, (a, b))
     threads(n)
     for got, want in zip(compiled(a, b), program(a, b)):
@@ -94,9 +93,9 @@ def test_blocked_linear_recurrence(threads, steps, n):
 
 @pytest.mark.parametrize("reverse,dim", [(True, 0), (False, 1), (True, 1)])
 def test_blocked_reverse_and_inner_dim(threads, reverse, dim):
-    program = linear_recurrence(reverse, dim)
+    program = log_sum_and_product(reverse, dim)
     shape = (PARALLEL_MIN_STEPS + 5, 3) if dim == 0 else (3, PARALLEL_MIN_STEPS + 5)
-    a, b = _recurrence_inputs(shape)
+    a, b = _inputs(shape)
     compiled = compile_program(program, (a, b))
     threads(2)
     for got, want in zip(compiled(a, b), program(a, b)):
@@ -116,13 +115,22 @@ def test_blocked_matrix_product_keeps_block_order(threads):
 
 
 def test_blocked_under_torch_compile_dynamic_length(threads):
-    program = linear_recurrence()
+    program = log_sum_and_product()
     compiled = torch.compile(program, backend="tidal")
     threads(2)
     with torch.no_grad():
         for steps in (100, PARALLEL_MIN_STEPS + 11, 2 * PARALLEL_MIN_STEPS):
-            a, b = _recurrence_inputs((steps, 4))
+            a, b = _inputs((steps, 4))
             torch._dynamo.mark_dynamic(a, 0)
             torch._dynamo.mark_dynamic(b, 0)
             for got, want in zip(compiled(a, b), program(a, b)):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_form_is_what_runs(tmp_path):
+    # The value tests above would pass with the sequential loop alone: check that the program
+    # they compile starts the team.
+    a, b = _inputs((PARALLEL_MIN_STEPS, 4))
+    compile_program(log_sum_and_product(), (a, b), dump_dir=str(tmp_path))
+    llvm = (tmp_path / "03-llvm.mlir").read_text()
+    assert llvm.count("llvm.call @GOMP_parallel") == 2

@@ -12,6 +12,7 @@ import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
+import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
 # torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
@@ -30,15 +31,15 @@ LINALG_TO_LLVM = tidal_pipeline(
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
     "tidal-lower-to-scf, tidal-aten-calls-to-runtime, canonicalize, func.func(linalg-fuse-elementwise-ops), "
     "canonicalize, cse, "
-    "tidal-fast-math, "
+    "tidal-fast-math, tidal-vectorize, canonicalize, "
     f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-forall-to-threads, scf-forall-to-for, "
-    "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-scf-to-cf, "
-    "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, "
+    "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, convert-scf-to-cf, "
+    "expand-strided-metadata, lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, "
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
-    "convert-math-to-libm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
+    "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
     "reconcile-unrealized-casts, tidal-llvm-contract",
 )
 

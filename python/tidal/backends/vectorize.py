@@ -1,0 +1,91 @@
+"""`tidal-vectorize`: linalg ops of static shape → `vector` dialect code, before bufferization.
+
+Lowered to loops, a small linalg op (a 16-channel step of a scan body, an RNN cell's
+elementwise tail) becomes a scalar loop whose loads and stores LLVM cannot reorder or vectorize
+(every memref may alias every other), so a loop step costs tens of scalar instructions per
+element. MLIR's structured vectorization (the transform dialect's
+`vectorize_children_and_apply_patterns`, applied to every function) turns each such op into whole
+vector reads, arithmetic and writes; ops with dynamic shapes keep their loops.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects.transform import interpreter
+
+from tidal.passes.registry import tidal_pass
+
+_MARK = "tidal.vectorize"
+MAX_VECTOR_ELEMENTS = 1024
+_SCALAR_ONLY = {"math.fpowi", "math.ipowi"}
+
+
+def _numel(t) -> int:
+    n = 1
+    for k in range(t.rank):
+        n *= t.get_dim_size(k)
+    return n
+
+# Elementwise 1-D generics only: matmuls stay whole for `tidal-matmul-to-blas`, and reductions keep
+# their loops (their vector form needs multi-reduction lowerings this pipeline does not run).
+_SCRIPT = """
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %ops = transform.structured.match attributes{tidal.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.structured.vectorize %ops : !transform.any_op
+    %funcs = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %funcs {
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.yield
+  }
+}
+"""
+
+
+def _elementwise_static(op) -> bool:
+    if op.name != "linalg.generic":
+        return False
+    if any("parallel" not in str(t) for t in op.attributes["iterator_types"]):
+        return False
+    values = list(op.operands) + list(op.results)
+    if not all(isinstance(v.type, ir.RankedTensorType) and v.type.has_static_shape for v in values):
+        return False
+    # One-dimensional, same-shaped operands only (identity maps): broadcasts of 0-d operands and
+    # multi-dimensional vectors need vector lowerings (transfer broadcasts, n-D extracts) this
+    # pipeline does not run; the per-step slices of a scan over channels are of this kind.
+    if any(v.type.rank != 1 or v.type.shape != values[0].type.shape for v in values):
+        return False
+    # A vector of i1 is stored as packed bits, a memref of i1 holds a byte per element: the
+    # vector form of a boolean result writes the wrong bytes (found by the corpus gradients).
+    if any(str(v.type.element_type) == "i1" for v in values):
+        return False
+    # Large vectors blow up LLVM's compile time (one op per register-sized piece, unrolled);
+    # large ops are left to the loop vectorizer.
+    if max(_numel(v.type) for v in values) > MAX_VECTOR_ELEMENTS:
+        return False
+    # Scalar arithmetic on the block arguments only: a body that indexes (linalg.index,
+    # tensor.extract: flip, gather) is not a plain vector computation.
+    # math.fpowi/ipowi: LLVM's powi takes a scalar exponent only.
+    body = op.regions[0].blocks[0]
+    return all((o.name.split(".")[0] in ("arith", "math") and o.name not in _SCALAR_ONLY) or o.name == "linalg.yield"
+               for o in body.operations)
+
+
+@tidal_pass("tidal-vectorize", "Vectorize elementwise linalg.generic ops of static shape (transform dialect), before bufferization")
+def vectorize(module_op):
+    marked = []
+
+    def mark(op):
+        if _elementwise_static(op):
+            op.attributes[_MARK] = ir.UnitAttr.get()
+            marked.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(mark)
+    if not marked:
+        return
+    script = ir.Module.parse(_SCRIPT)
+    interpreter.apply_named_sequence(module_op, script.body.operations[0], script)
