@@ -1,11 +1,11 @@
-"""`tidal-vectorize`: linalg ops of static shape → `vector` dialect code, before bufferization.
+"""`tidal-vectorize`: small 1-D elementwise linalg ops → `vector` dialect code, before bufferization.
 
-Lowered to loops, a small linalg op (a 16-channel step of a scan body, an RNN cell's
-elementwise tail) becomes a scalar loop whose loads and stores LLVM cannot reorder or vectorize
-(every memref may alias every other), so a loop step costs tens of scalar instructions per
-element. MLIR's structured vectorization (the transform dialect's
-`vectorize_children_and_apply_patterns`, applied to every function) turns each such op into whole
-vector reads, arithmetic and writes; ops with dynamic shapes keep their loops.
+Lowered to loops, a small linalg op (a 16-channel step of a scan body) becomes a scalar loop
+whose loads and stores LLVM cannot reorder or vectorize (every memref may alias every other), so
+a loop step costs tens of scalar instructions per element. MLIR's structured vectorization (the
+transform dialect's `structured.vectorize` on the ops `_elementwise_static` marks, then the
+patterns folding slices into vector transfers) turns each such op into whole vector reads,
+arithmetic and writes; every other op keeps its loops (linear recurrence, T=131072: 5.2 → 0.86 ms).
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ _MARK = "tidal.vectorize"
 MAX_VECTOR_ELEMENTS = 1024
 _SCALAR_ONLY = {"math.fpowi", "math.ipowi"}
 
-
-def _numel(t) -> int:
-    n = 1
-    for k in range(t.rank):
-        n *= t.get_dim_size(k)
-    return n
 
 # Elementwise 1-D generics only: matmuls stay whole for `tidal-matmul-to-blas`, and reductions keep
 # their loops (their vector form needs multi-reduction lowerings this pipeline does not run).
@@ -64,7 +58,7 @@ def _elementwise_static(op) -> bool:
         return False
     # Large vectors blow up LLVM's compile time (one op per register-sized piece, unrolled);
     # large ops are left to the loop vectorizer.
-    if max(_numel(v.type) for v in values) > MAX_VECTOR_ELEMENTS:
+    if values[0].type.shape[0] > MAX_VECTOR_ELEMENTS:
         return False
     # Scalar arithmetic on the block arguments only: a body that indexes (linalg.index,
     # tensor.extract: flip, gather) is not a plain vector computation.
