@@ -1,6 +1,7 @@
 """tidal: an MLIR compiler for PyTorch programs with structured control flow."""
 
 from tidal.diagnostics import TidalError, TidalUnsupported
+from tidal.tracing import checkpoint
 
-__all__ = ["TidalError", "TidalUnsupported"]
+__all__ = ["TidalError", "TidalUnsupported", "checkpoint"]
 __version__ = "0.1.0"

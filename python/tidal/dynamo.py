@@ -65,14 +65,9 @@ def fallback_mode(options: dict) -> str:
 def scan_checkpoint_option(options: dict) -> int:
     """`options["scan_checkpoint"]` (k: a differentiated scan keeps the carry of every k-th step
     and recomputes the steps between in the backward), else `$TIDAL_SCAN_CHECKPOINT`, else 1."""
-    value = options.get("scan_checkpoint", os.environ.get("TIDAL_SCAN_CHECKPOINT", 1))
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1 or (isinstance(value, float) and value != k):
-        raise ValueError(f"tidal: scan_checkpoint must be a positive integer (steps per segment), got {value!r}")
-    return k
+    from tidal.tracing import checked_checkpoint
+
+    return checked_checkpoint(options.get("scan_checkpoint", os.environ.get("TIDAL_SCAN_CHECKPOINT", 1)))
 
 
 def _unsupported_inputs(example_inputs) -> str | None:

@@ -27,9 +27,38 @@ def tidal_backend_is_tracing() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+# The node annotation `checkpoint()` sets (torch.fx.traceback.annotate survives Dynamo and reaches
+# the rule through aot_autograd's node-meta replay).
+_CHECKPOINT_ANNOTATION = "tidal_scan_checkpoint"
+
+
+def checked_checkpoint(value) -> int:
+    """`value` as steps per checkpoint segment, or a ValueError saying what is wanted."""
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or isinstance(value, bool) or (isinstance(value, float) and value != k):
+        raise ValueError(f"tidal: scan_checkpoint must be a positive integer (steps per segment), got {value!r}")
+    return k
+
+
+def checkpoint(steps: int):
+    """`with tidal.checkpoint(k): ... scan(...)`: the differentiated scans traced inside the block
+    (nested ones included) keep their carry only every k steps and recompute the segments in the
+    backward, whatever the global `scan_checkpoint` option says. Outside tidal it does nothing."""
+    import torch.fx.traceback
+
+    return torch.fx.traceback.annotate({_CHECKPOINT_ANNOTATION: checked_checkpoint(steps)})
+
+
 def scan_checkpoint() -> int:
-    """Steps per checkpoint segment of a differentiated scan (1: every step's carry is kept)."""
-    return getattr(_state, "scan_checkpoint", 1)
+    """Steps per checkpoint segment of the differentiated scan being traced (1: every step's carry
+    is kept): the op's own `checkpoint()` block, else the global option."""
+    import torch.fx.traceback
+
+    per_op = (torch.fx.traceback.get_current_meta().get("custom") or {}).get(_CHECKPOINT_ANNOTATION)
+    return per_op if per_op is not None else getattr(_state, "scan_checkpoint", 1)
 
 
 def _backend_chain(fn):

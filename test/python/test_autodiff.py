@@ -322,12 +322,44 @@ def test_scan_checkpoint_keeps_one_carry_per_segment_with_equal_gradients(compil
     assert _forward_residual_bytes(compiled_graphs, 2) == kept * carry + inputs
 
 
-@pytest.mark.parametrize("value", [0, -2, 2.5, "four"])
+def two_rnns(h0, xs, w, u):
+    """The first scan checkpointed every 8 steps by its own block, the second keeping every step."""
+    import tidal
+
+    with tidal.checkpoint(8):
+        h, hs = rnn(h0, xs, w, u)
+    h2, hs2 = rnn(h0, xs * 0.5, u, w)
+    return h + h2, hs + hs2
+
+
+def test_checkpoint_block_applies_to_its_own_scan_only(compiled_graphs):
+    """`with tidal.checkpoint(k)` is per op: it overrides the global option (here: none) for the
+    scans inside the block only. Gradients as without checkpoints."""
+    gen = torch.Generator().manual_seed(3)
+    h0 = torch.zeros(4, 8)
+    xs = torch.randn(64, 4, 8, generator=gen).requires_grad_()
+    w, u = (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_(), (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_()
+    compiled = torch.compile(two_rnns, backend="tidal", fullgraph=True, options=STRICT)
+    h, hs = compiled(h0, xs, w, u)
+    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
+    with python_loops(rnn):
+        h2, hs2 = two_rnns(h0, xs, w, u)
+    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    carry = 4 * 8 * 4
+    kept = (64 // 8 + 64) * carry
+    assert kept <= _forward_residual_bytes(compiled_graphs, 2) <= kept + 2 * xs.numel() * 4 + 2 * 8 * 8 * 4
+
+
+@pytest.mark.parametrize("value", [0, -2, 2.5, "four", True])
 def test_scan_checkpoint_option_is_checked(value):
+    import tidal
     from tidal.dynamo import scan_checkpoint_option
 
     with pytest.raises(ValueError, match="scan_checkpoint must be a positive integer"):
         scan_checkpoint_option({"scan_checkpoint": value})
+    with pytest.raises(ValueError, match="scan_checkpoint must be a positive integer"):
+        tidal.checkpoint(value)
     assert scan_checkpoint_option({"scan_checkpoint": "16"}) == 16
     assert scan_checkpoint_option({}) == 1
 
