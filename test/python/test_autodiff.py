@@ -91,6 +91,16 @@ def matrix_products(m):
     return associative_scan(lambda p, q: p @ q, m, dim=1, reverse=True, combine_mode="generic")
 
 
+def log_cumsum_exp(x):
+    return associative_scan(torch.logaddexp, x, dim=1, reverse=True, combine_mode="generic")
+
+
+def weighted_products(x, w):
+    """x ∘ y = x + y + w·x·y (associative: 1 + w(x ∘ y) = (1 + wx)(1 + wy)), w a captured weight
+    broadcast into the elementwise combine: its cotangent sums over every step."""
+    return associative_scan(lambda l, r: l + r + w * l * r, x, dim=0, combine_mode="generic")
+
+
 def grow_until(x, w):
     """A data-dependent trip count: iterate until the norm passes 4 (or 50 steps)."""
 
@@ -115,6 +125,8 @@ GRADCHECK = {
     "map": (per_row, lambda: _f64((4, 3), (3, 2))),
     "associative_scan": (linear_recurrence, lambda: (torch.rand(6, 3, dtype=torch.float64).add(0.5).requires_grad_(), *_f64((6, 3)))),
     "associative_scan_matmul": (matrix_products, lambda: _f64((2, 5, 2, 2))),
+    "associative_scan_logaddexp": (log_cumsum_exp, lambda: _f64((3, 7, 2))),
+    "associative_scan_const": (weighted_products, lambda: _f64((6, 4), (4,))),
     "while_loop": (grow_until, lambda: _f64((2, 3), (3, 3), scale=0.3)),
     "while_loop_never_runs": (grow_until, lambda: (torch.full((2, 3), 5.0, dtype=torch.float64).requires_grad_(), *_f64((3, 3)))),
 }

@@ -2,12 +2,24 @@
 
 With y_0 = x_0 and y_t = f(y_{t-1}, x_t), the cotangent reaching y_t is
 G_t = ȳ_t + J_lhs(y_t, x_{t+1})ᵀ G_{t+1}, and x̄_t = J_rhs(y_{t-1}, x_t)ᵀ G_t (x̄_0 = G_0); the
-consts' cotangents add up over the steps. The adjoint is that recurrence as a reverse sequential
-scan over t = T-1 … 1 of the combine's VJP at (y_{t-1}, x_t), from PyTorch's formulas: T
-residual slices (the results, which the forward returns anyway), never PyTorch's T×T matrix.
+consts' cotangents add up over the steps. Both VJPs come from PyTorch's formulas; the residuals are
+T slices (the results, which the forward returns anyway), never PyTorch's T×T matrix.
+
+Two forms of the adjoint, chosen per combine:
+- elementwise combine (pointwise aten ops only, operands and results of one shape: a linear
+  recurrence, logaddexp, max): each element's Jacobian J_lhs is a small k×k matrix (k operands),
+  computed for all steps at once by k VJPs of the combine applied to whole [T-1, ...] tensors. The
+  recurrence G_t = ȳ_t + J_tᵀ G_{t+1} is then itself a reverse associative scan over affine maps
+  (Aₜ, bₜ) = (J_tᵀ, ȳ_t), composed as (A_r A_l, b_r + A_r b_l): parallel over T (blocked on CPU
+  threads, `tt.scan` on a GPU) instead of T dependent VJP calls. x̄ and the consts' cotangents are
+  one more whole-tensor VJP at the G_t.
+- any other combine (a matrix product, a reduction inside): a reverse sequential scan over
+  t = T-1 … 1 of the combine's VJP at (y_{t-1}, x_t).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch._higher_order_ops.associative_scan import associative_scan_op
@@ -27,6 +39,98 @@ from tidal.autodiff.common import (
 )
 
 
+def _is_elementwise(graph: torch.fx.GraphModule, k: int) -> bool:
+    """Only pointwise aten ops, and the k lhs operands, k rhs operands and k results share one
+    shape: then each result element depends on the same element of each operand alone (consts
+    may broadcast in), and the combine applies unchanged to whole [T, ...] tensors."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    (output,) = [n for n in graph.graph.nodes if n.op == "output"]
+    results = list(output.args[0])
+    if len(results) != k:
+        return False
+    shapes = {tuple(n.meta["val"].shape) for n in [*placeholders[: 2 * k], *results] if isinstance(n, torch.fx.Node)}
+    if len(shapes) != 1:
+        return False
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            if not (isinstance(node.target, torch._ops.OpOverload) and torch.Tag.pointwise in node.target.tags):
+                return False
+        elif node.op not in ("placeholder", "output", "get_attr", "call_function"):
+            return False
+    return True
+
+
+def _affine_compose(k, *args):
+    """(A_l, b_l) then (A_r, b_r), per element, each A as its k×k entries row by row: the affine
+    maps g ↦ b + A g composed, (A_r A_l, b_r + A_r b_l)."""
+    a_l, b_l, a_r, b_r = split_into_chunks(args, [k * k, k, k * k, k])
+    a = [sum(a_r[i * k + m] * a_l[m * k + j] for m in range(k)) for i in range(k) for j in range(k)]
+    b = [b_r[i] + sum(a_r[i * k + m] * b_l[m] for m in range(k)) for i in range(k)]
+    return (*a, *b)
+
+
+def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
+    """(x̄, w̄) through the reverse associative scan over affine maps, or None when `combine`
+    is not elementwise."""
+    k, n_w = len(ys), len(consts)
+    if not all(differentiable(t) for t in [*ys, *xs]):
+        return None
+    graph = trace_body(combine, [*ys, *xs, *consts], [True] * (2 * k) + [False] * n_w, keys)
+    if not _is_elementwise(graph, k):
+        return None
+    vjp = vjp_fn(graph, 2 * k + n_w, [y.dtype for y in ys])
+
+    def lhs_jacobian(*at):
+        differentiate_wrt(*at)
+        a = [None] * (k * k)
+        for j in range(k):  # ones as result j's cotangent: ∂f_j/∂lhs_i for every i, i.e. A[i][j]
+            seed = [torch.ones_like(y) if m == j else torch.zeros_like(y) for m, y in enumerate(at[:k])]
+            for i, g_lhs in enumerate(list(vjp(*at, *seed))[:k]):
+                a[i * k + j] = g_lhs
+        return a
+
+    def rhs_and_consts_vjp(*args):
+        at, g = args[: 2 * k + n_w], args[2 * k + n_w :]
+        differentiate_wrt(*at)
+        return list(vjp(*at, *g))[k:]
+
+    def whole(fn, args):
+        """fn on whole tensors, traced with grad mode on (the VJPs become aten ops)."""
+        return list(trace_body(fn, args, [False] * len(args), keys)(*args))
+
+    # step t ≥ 1 combines (y_{t-1}, x_t); its lhs Jacobian is the one G_{t-1} needs
+    at = [*[y[:-1] for y in ys], *[x[1:] for x in xs], *consts]
+    # step T-1 has no later step: its A is never applied
+    a = [torch.cat([entry, torch.zeros_like(entry[:1])], 0) for entry in whole(lhs_jacobian, at)]
+    leaves = reversed_steps([*a, *g_ys])
+    compose = trace_body(lambda *args: _affine_compose(k, *args), [*leaves, *leaves], [True] * (2 * len(leaves)), keys)
+    g = reversed_steps(list(associative_scan_op(compose, leaves, ()))[k * k :])
+    g_rhs, g_w = split_into_chunks(whole(rhs_and_consts_vjp, [*at, *[gt[1:] for gt in g]]), [k, n_w])
+    g_xs = [torch.cat([gt[:1], r], 0) for gt, r in zip(g, g_rhs)]
+    return g_xs, g_w
+
+
+def _sequential_adjoint(combine, ys, xs, consts, g_ys, keys):
+    """(x̄, w̄) through a reverse sequential scan of the combine's VJP."""
+    k, n_w = len(ys), len(consts)
+    combine_vjp = vjp_fn(combine, 2 * k + n_w, [y.dtype for y in ys])
+
+    def adjoint_step(*args):
+        from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_w, k, k, k, n_w])
+        differentiate_wrt(*y_prev, *x_t, *w)
+        total = [a + b for a, b in zip(g_y, from_later)]
+        g_lhs, g_rhs, g_w_t = split_into_chunks(list(combine_vjp(*y_prev, *x_t, *w, *total)), [k, k, n_w])
+        return (*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)], *g_rhs)
+
+    init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w in consts]]
+    stacked = [*reversed_steps([y[:-1] for y in ys]), *reversed_steps([x[1:] for x in xs]), *reversed_steps([g[1:] for g in g_ys])]
+    adjoint = trace_body(adjoint_step, [*init, *stacked, *consts], [False] * len(init) + [True] * len(stacked) + [False] * n_w, keys)
+    outs = scan_op(adjoint, init, stacked, list(consts))
+    from_later, g_w, g_rest = split_into_chunks(list(outs), [k, n_w, k])
+    g_xs = [torch.cat([(g[0] + c).unsqueeze(0), torch.flip(r, (0,))], 0) for g, c, r in zip(g_ys, from_later, g_rest)]
+    return g_xs, g_w
+
+
 class AssociativeScanVJP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, combine, num_xs, *operands):
@@ -44,34 +148,14 @@ class AssociativeScanVJP(torch.autograd.Function):
         k, n_w = ctx.counts
         ys, xs, consts = split_into_chunks(saved_values(ctx), [k, k, n_w])
         g_ys = cotangents(grads, ctx.metas)
-        combine_vjp = vjp_fn(ctx.combine, 2 * k + n_w, [m.dtype for m in ctx.metas])
-
-        def adjoint_step(*args):
-            from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_w, k, k, k, n_w])
-            differentiate_wrt(*y_prev, *x_t, *w)
-            total = [a + b for a, b in zip(g_y, from_later)]
-            g_lhs, g_rhs, g_w_t = split_into_chunks(list(combine_vjp(*y_prev, *x_t, *w, *total)), [k, k, n_w])
-            return (*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)], *g_rhs)
-
-        init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w in consts]]
-        stacked = [*reversed_steps([y[:-1] for y in ys]), *reversed_steps([x[1:] for x in xs]), *reversed_steps([g[1:] for g in g_ys])]
-        adjoint = trace_body(
-            adjoint_step,
-            [*init, *stacked, *consts],
-            [False] * len(init) + [True] * len(stacked) + [False] * n_w,
-            ctx.keys,
-        )
-        outs = scan_op(adjoint, init, stacked, list(consts))
-        from_later, g_w, g_rest = split_into_chunks(list(outs), [k, n_w, k])
-        g_xs = [
-            torch.cat([(g[0] + c).unsqueeze(0), torch.flip(r, (0,))], 0)
-            for g, c, r in zip(g_ys, from_later, g_rest)
-        ]
+        args = (ctx.combine, ys, xs, consts, g_ys, ctx.keys)
+        g_xs, g_w = _elementwise_adjoint(*args) or _sequential_adjoint(*args)
         operands = [*xs, *consts]
         return None, None, *[g if differentiable(o) else None for g, o in zip([*g_xs, *g_w], operands)]
 
 
 @AUTODIFF.rule("tidal.associative_scan")
 def associative_scan_vjp(combine_fn, xs, additional_inputs):
-    """Results as the only residuals; the adjoint is a reverse sequential scan of the combine's VJP."""
+    """Results as the only residuals; the adjoint is a reverse associative scan over affine maps
+    (elementwise combines) or a reverse sequential scan of the combine's VJP."""
     return AssociativeScanVJP.apply(combine_fn, len(xs), *xs, *additional_inputs)
