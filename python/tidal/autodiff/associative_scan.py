@@ -19,6 +19,7 @@ Two forms of the adjoint, chosen per combine:
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
@@ -60,18 +61,51 @@ def _is_elementwise(graph: torch.fx.GraphModule, k: int) -> bool:
     return True
 
 
-def _affine_compose(k, *args):
-    """(A_l, b_l) then (A_r, b_r), per element, each A as its k×k entries row by row: the affine
-    maps g ↦ b + A g composed, (A_r A_l, b_r + A_r b_l)."""
-    a_l, b_l, a_r, b_r = split_into_chunks(args, [k * k, k, k * k, k])
-    a = [sum(a_r[i * k + m] * a_l[m * k + j] for m in range(k)) for i in range(k) for j in range(k)]
-    b = [b_r[i] + sum(a_r[i * k + m] * b_l[m] for m in range(k)) for i in range(k)]
+def _lhs_dependencies(graph: torch.fx.GraphModule, k: int) -> set[tuple[int, int]]:
+    """(i, j) for each result j that depends on lhs operand i at all: where J_lhs can be nonzero."""
+    nodes = list(graph.graph.nodes)
+    lhs = [n for n in nodes if n.op == "placeholder"][:k]
+    reaches: dict[torch.fx.Node, frozenset[int]] = {n: frozenset([i]) for i, n in enumerate(lhs)}
+    for n in nodes:
+        if n not in reaches:
+            reaches[n] = frozenset().union(*(reaches.get(m, frozenset()) for m in n.all_input_nodes))
+    (output,) = [n for n in nodes if n.op == "output"]
+    return {(i, j) for j, r in enumerate(output.args[0]) if isinstance(r, torch.fx.Node) for i in reaches[r]}
+
+
+def _adjoint_structure(deps, k, seeded):
+    """The cotangent components that can be nonzero (a seeded ȳ, or fed by one through J_lhsᵀ),
+    and the entries (i, j) of the affine maps' A kept for them: J's structural nonzeros among
+    those components, closed under products (a composed map has no other entries)."""
+    live = set(seeded)
+    while any(j in live and i not in live for i, j in deps):
+        live |= {i for i, j in deps if j in live}
+    entries = {(i, j) for i, j in deps if i in live and j in live}
+    while True:
+        more = {(i, j) for i, m in entries for m2, j in entries if m == m2} - entries
+        if not more:
+            return sorted(live), sorted(entries)
+        entries |= more
+
+
+def _affine_compose(live, entries, *args):
+    """(A_l, b_l) then (A_r, b_r), per element: the affine maps g ↦ b + A g composed,
+    (A_r A_l, b_r + A_r b_l), with A's entries outside `entries` zero."""
+    a_l, b_l, a_r, b_r = split_into_chunks(args, [len(entries), len(live), len(entries), len(live)])
+    a_l, a_r = dict(zip(entries, a_l)), dict(zip(entries, a_r))
+    b_l = dict(zip(live, b_l))
+
+    def total(terms, zero_like):
+        return functools.reduce(operator.add, terms) if terms else torch.zeros_like(zero_like)
+
+    a = [total([a_r[i, m] * a_l[m, j] for m in live if (i, m) in a_r and (m, j) in a_l], b_r[0]) for i, j in entries]
+    b = [total([b_r[n], *[a_r[i, m] * b_l[m] for m in live if (i, m) in a_r]], b_r[0]) for n, i in enumerate(live)]
     return (*a, *b)
 
 
 def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     """(x̄, w̄) through the reverse associative scan over affine maps, or None when `combine`
-    is not elementwise."""
+    is not elementwise. `g_ys` holds None where a result's cotangent is zero."""
     k, n_w = len(ys), len(consts)
     if not all(differentiable(t) for t in [*ys, *xs]):
         return None
@@ -79,15 +113,17 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     if not _is_elementwise(graph, k):
         return None
     vjp = vjp_fn(graph, 2 * k + n_w, [y.dtype for y in ys])
+    live, entries = _adjoint_structure(_lhs_dependencies(graph, k), k, [i for i, g in enumerate(g_ys) if g is not None])
+    if not live:
+        return [torch.zeros_like(x) for x in xs], [torch.zeros_like(w) for w in consts]
 
     def lhs_jacobian(*at):
         differentiate_wrt(*at)
-        a = [None] * (k * k)
-        for j in range(k):  # ones as result j's cotangent: ∂f_j/∂lhs_i for every i, i.e. A[i][j]
+        a = {}
+        for j in sorted({j for _, j in entries}):  # ones as result j's cotangent: ∂f_j/∂lhs_i, i.e. A[i][j]
             seed = [torch.ones_like(y) if m == j else torch.zeros_like(y) for m, y in enumerate(at[:k])]
-            for i, g_lhs in enumerate(list(vjp(*at, *seed))[:k]):
-                a[i * k + j] = g_lhs
-        return a
+            a.update({(i, j): g_lhs for i, g_lhs in enumerate(list(vjp(*at, *seed))[:k])})
+        return [a[e] for e in entries]
 
     def rhs_and_consts_vjp(*args):
         at, g = args[: 2 * k + n_w], args[2 * k + n_w :]
@@ -101,10 +137,13 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     # step t ≥ 1 combines (y_{t-1}, x_t); its lhs Jacobian is the one G_{t-1} needs
     at = [*[y[:-1] for y in ys], *[x[1:] for x in xs], *consts]
     # step T-1 has no later step: its A is never applied
-    a = [torch.cat([entry, torch.zeros_like(entry[:1])], 0) for entry in whole(lhs_jacobian, at)]
-    leaves = reversed_steps([*a, *g_ys])
-    compose = trace_body(lambda *args: _affine_compose(k, *args), [*leaves, *leaves], [True] * (2 * len(leaves)), keys)
-    g = reversed_steps(list(associative_scan_op(compose, leaves, ()))[k * k :])
+    a = [torch.cat([entry, torch.zeros_like(entry[:1])], 0) for entry in whole(lhs_jacobian, at)] if entries else []
+    leaves = reversed_steps([*a, *[g_ys[i] for i in live]])
+    compose = trace_body(
+        lambda *args: _affine_compose(live, entries, *args), [*leaves, *leaves], [True] * (2 * len(leaves)), keys
+    )
+    g_live = dict(zip(live, reversed_steps(list(associative_scan_op(compose, leaves, ()))[len(entries) :])))
+    g = [g_live[i] if i in g_live else torch.zeros_like(y) for i, y in enumerate(ys)]
     g_rhs, g_w = split_into_chunks(whole(rhs_and_consts_vjp, [*at, *[gt[1:] for gt in g]]), [k, n_w])
     g_xs = [torch.cat([gt[:1], r], 0) for gt, r in zip(g, g_rhs)]
     return g_xs, g_w
@@ -139,6 +178,7 @@ class AssociativeScanVJP(torch.autograd.Function):
             ys = associative_scan_op(combine, list(xs), list(consts))
         ctx.combine, ctx.counts = combine, (num_xs, len(consts))
         ctx.metas = [Meta(y) for y in ys]
+        ctx.set_materialize_grads(False)  # a result nothing uses keeps a structurally zero cotangent
         ctx.keys = dispatch_keys()
         save_values_for_backward(ctx, (*ys, *xs, *consts))
         return tuple(ys)
@@ -147,9 +187,9 @@ class AssociativeScanVJP(torch.autograd.Function):
     def backward(ctx, *grads):
         k, n_w = ctx.counts
         ys, xs, consts = split_into_chunks(saved_values(ctx), [k, k, n_w])
-        g_ys = cotangents(grads, ctx.metas)
-        args = (ctx.combine, ys, xs, consts, g_ys, ctx.keys)
-        g_xs, g_w = _elementwise_adjoint(*args) or _sequential_adjoint(*args)
+        g_xs, g_w = _elementwise_adjoint(ctx.combine, ys, xs, consts, list(grads), ctx.keys) or _sequential_adjoint(
+            ctx.combine, ys, xs, consts, cotangents(grads, ctx.metas), ctx.keys
+        )
         operands = [*xs, *consts]
         return None, None, *[g if differentiable(o) else None for g, o in zip([*g_xs, *g_w], operands)]
 
