@@ -4,8 +4,9 @@
               {num_xs = k : i64, dim = d : i64, reverse = false}
               ({ combine: (lhs..., rhs..., consts...) -> yield out... })
 The combine function works on one element position: lhs/rhs are slices of the xs along `dim`.
-Result t is combine(x_0, ..., x_t) (with `reverse`, combine(x_t, ..., x_{T-1})), so the results
-have the types of the xs. Associativity is the user's promise: it licenses parallel lowerings.
+Result t is x_0 ∘ … ∘ x_t (with `reverse`, x_{T-1} ∘ … ∘ x_t: the steps run from the end and the
+accumulated later slices are the combine's lhs, as PyTorch's flip → scan → flip computes), so the
+results have the types of the xs. Associativity is the user's promise: it licenses parallel lowerings.
 """
 
 from __future__ import annotations

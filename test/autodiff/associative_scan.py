@@ -1,6 +1,6 @@
 # RUN: %python %s | filecheck %s
 # associative_scan's rule, O(T) memory: the forward is the scan alone and keeps its results (and
-# inputs: here the result, a, b and the b-prefix; the a-prefix is not needed), no T x T matrix. The adjoint depends on the combine:
+# inputs: here the result, then a and the b-prefix for the backward), no T x T matrix. The adjoint depends on the combine:
 # - elementwise (the linear recurrence, k = 2 operands): the lhs Jacobians of all steps at once
 #   ([5,3], padded to [6,3]), reversed, and ONE reverse associative scan over the affine maps, no
 #   sequential scan. Only the b-prefix is used, and J_lhs is diagonal (result j depends on lhs j
@@ -39,7 +39,7 @@ for name, (fn, args) in {
 
 # CHECK-LABEL: // recurrence forward
 # CHECK:       func.func @main(%arg0: !torch.vtensor<[6,3],f32>, %arg1: !torch.vtensor<[6,3],f32>)
-# CHECK-SAME:    -> (!torch.vtensor<[6,3],f32>, !torch.vtensor<[6,3],f32>, !torch.vtensor<[6,3],f32>, !torch.vtensor<[6,3],f32>) {
+# CHECK-SAME:    -> (!torch.vtensor<[6,3],f32>, !torch.vtensor<[6,3],f32>, !torch.vtensor<[6,3],f32>) {
 # CHECK:       "tidal.associative_scan"
 # CHECK-NOT:   [6,6]
 # CHECK-NOT:   "tidal.scan"

@@ -112,23 +112,26 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     graph = trace_body(combine, [*ys, *xs, *consts], [True] * (2 * k) + [False] * n_w, keys)
     if not _is_elementwise(graph, k):
         return None
-    vjp = vjp_fn(graph, 2 * k + n_w, [y.dtype for y in ys])
     live, entries = _adjoint_structure(_lhs_dependencies(graph, k), k, [i for i, g in enumerate(g_ys) if g is not None])
     if not live:
         return [torch.zeros_like(x) for x in xs], [torch.zeros_like(w) for w in consts]
+
+    def vjp_of(results):
+        """The VJP of the combine's `results` alone: the others' cotangents are zero, and
+        leaving them out leaves out their terms (and the residuals only they need)."""
+        return vjp_fn(lambda *args: [graph(*args)[j] for j in results], 2 * k + n_w, [ys[j].dtype for j in results])
 
     def lhs_jacobian(*at):
         differentiate_wrt(*at)
         a = {}
         for j in sorted({j for _, j in entries}):  # ones as result j's cotangent: ∂f_j/∂lhs_i, i.e. A[i][j]
-            seed = [torch.ones_like(y) if m == j else torch.zeros_like(y) for m, y in enumerate(at[:k])]
-            a.update({(i, j): g_lhs for i, g_lhs in enumerate(list(vjp(*at, *seed))[:k])})
+            a.update({(i, j): g_lhs for i, g_lhs in enumerate(list(vjp_of([j])(*at, torch.ones_like(at[j])))[:k])})
         return [a[e] for e in entries]
 
     def rhs_and_consts_vjp(*args):
         at, g = args[: 2 * k + n_w], args[2 * k + n_w :]
         differentiate_wrt(*at)
-        return list(vjp(*at, *g))[k:]
+        return list(vjp_of(live)(*at, *g))[k:]
 
     def whole(fn, args):
         """fn on whole tensors, traced with grad mode on (the VJPs become aten ops)."""
@@ -142,10 +145,11 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     compose = trace_body(
         lambda *args: _affine_compose(live, entries, *args), [*leaves, *leaves], [True] * (2 * len(leaves)), keys
     )
-    g_live = dict(zip(live, reversed_steps(list(associative_scan_op(compose, leaves, ()))[len(entries) :])))
-    g = [g_live[i] if i in g_live else torch.zeros_like(y) for i, y in enumerate(ys)]
+    g = reversed_steps(list(associative_scan_op(compose, leaves, ()))[len(entries) :])
     g_rhs, g_w = split_into_chunks(whole(rhs_and_consts_vjp, [*at, *[gt[1:] for gt in g]]), [k, n_w])
-    g_xs = [torch.cat([gt[:1], r], 0) for gt, r in zip(g, g_rhs)]
+    # x̄_0 = G_0 (zero for a result whose cotangent is zero), x̄_t = J_rhsᵀ G_t
+    g_first = dict(zip(live, (gt[:1] for gt in g)))
+    g_xs = [torch.cat([g_first[i] if i in g_first else torch.zeros_like(r[:1]), r], 0) for i, r in enumerate(g_rhs)]
     return g_xs, g_w
 
 

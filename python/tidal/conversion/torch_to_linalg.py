@@ -203,7 +203,7 @@ def backend_contract(module_op):
 TORCH_BACKEND_PASSES = (
     "tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
     "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
-    "tidal-nan-semantics"
+    "tidal-nan-semantics, tidal-fold-reversals"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
