@@ -12,7 +12,7 @@ of timed repeats. Every record is a dict with a "status":
                    compiled backends only), max_abs_err against eager, plus case metrics
   failed           error_type, error (first line), cause (innermost exception), phase
   fallback         tidal ran the graph in eager (TidalFallbackWarning): reason; no time reported
-  unsupported      not run (e.g. tidal on cuda: CPU backend only)
+  unsupported      not run
   skipped          not run (--backends)
   n/a              the cell does not exist for this row
 """

@@ -128,6 +128,23 @@ def native_function(prog, dump_dir: str | None = None):
     return native
 
 
+def gpu_function(prog, dump_dir: str | None = None):
+    """Lower an imported program to a GPU program: Triton kernels and the host plan around them."""
+    from tidal.backends.gpu import GPU_PREPARE
+    from tidal.backends.gpu.program import GpuProgram
+
+    lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
+    with prog.context:
+        run_pipeline(prog.module.operation, f"builtin.module({GPU_PREPARE.text})", prog.context)
+        program = GpuProgram(prog.module, prog.func_name, keep_alive=prog)
+    if dump_dir:
+        _dump(dump_dir, len(STAGES), "gpu", prog.module)
+        for kernel in program.kernels_for_emit():
+            with open(os.path.join(dump_dir, f"{kernel.name}.ttir"), "w") as f:
+                f.write(kernel.text)
+    return program
+
+
 class GraphProgram:
     """A compiled aten-level graph called with the graph's own (boxed) arguments: tensors and
     scalars in, tensors and Python scalars out (`BoundaryPlan`)."""
@@ -140,7 +157,7 @@ class GraphProgram:
         return self.plan.results(self.native(*self.plan.arguments(args)))
 
 
-def compile_graph_module(gm, example_inputs, dump_dir: str | None = None) -> GraphProgram:
+def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device: str = "cpu") -> GraphProgram:
     """Compile an aten-level FX graph with the control-flow HOPs kept (aot_autograd's forward
     graph of a Dynamo graph): no second export, so Dynamo's symbolic sizes, Python-int carries
     and shape predicates reach tidal as they are, as 0-d tensors at the boundaries."""
@@ -157,7 +174,8 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None) -> Gra
         os.makedirs(dump_dir, exist_ok=True)
         with open(os.path.join(dump_dir, "aten_graph.py"), "w") as f:
             f.write(gm.print_readable(print_output=False))
-    return GraphProgram(native_function(import_graph_module(gm), dump_dir), plan)
+    lowered = gpu_function if device == "cuda" else native_function
+    return GraphProgram(lowered(import_graph_module(gm), dump_dir), plan)
 
 
 def _pipeline_text(stage: str) -> str:

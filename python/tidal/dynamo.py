@@ -70,11 +70,19 @@ def scan_checkpoint_option(options: dict) -> int:
     return checked_checkpoint(options.get("scan_checkpoint", os.environ.get("TIDAL_SCAN_CHECKPOINT", 1)))
 
 
+def _device(example_inputs) -> str:
+    """cuda when any tensor input is on a CUDA device (0-d CPU scalars may ride along)."""
+    return "cuda" if any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs) else "cpu"
+
+
 def _unsupported_inputs(example_inputs) -> str | None:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    devices = {t.device.type for t in tensors if t.dim() > 0 or t.device.type != "cpu"}
+    if len(devices) > 1:
+        return f"inputs on several devices ({', '.join(sorted(devices))})"
     for t in tensors:
-        if t.device.type != "cpu":
-            return f"inputs on {t.device} (the CPU backend runs CPU tensors)"
+        if t.device.type not in ("cpu", "cuda"):
+            return f"inputs on {t.device} (tidal runs CPU tensors, and CUDA tensors through Triton)"
         if t.layout != torch.strided:
             return f"{t.layout} tensors"
         if t.is_quantized:
@@ -140,7 +148,7 @@ class TidalCompiledGraph:
         # the eager fallback runs the original.
         gm = copy.deepcopy(self.gm)
         try:
-            self.program = compile_graph_module(gm, self.example_inputs, dump_dir=self.dump_dir)
+            self.program = compile_graph_module(gm, self.example_inputs, dump_dir=self.dump_dir, device=_device(self.example_inputs))
         except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
             self.fallback = _Fallback(self._eager, _describe(exc), self.strict, cause=exc)
 

@@ -6,6 +6,7 @@ import this module to see everything: conversions (torch → linalg, tidal → s
 
 import tidal.autodiff  # noqa: F401
 import tidal.backends.cpu  # noqa: F401
+import tidal.backends.gpu  # noqa: F401
 import tidal.conversion  # noqa: F401
 import tidal.dialects  # noqa: F401
 import tidal.passes  # noqa: F401

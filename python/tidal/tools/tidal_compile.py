@@ -44,7 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Compile FILE.py (defining `model` and `example_inputs`) with tidal and print its IR.",
     )
     p.add_argument("file", help="Python file defining `model` and `example_inputs`")
-    p.add_argument("--emit", choices=stage_names(), default="linalg", help="stage to print (default: linalg)")
+    p.add_argument(
+        "--emit",
+        choices=[*stage_names(), *GPU_STAGES],
+        default="linalg",
+        help="stage to print (default: linalg); ttir, ttgir, llir and ptx print the GPU backend's kernels "
+        "for --target (compiled with triton, no GPU needed)",
+    )
+    p.add_argument("--target", default="cuda:90", help="GPU target of --emit ttir|ttgir|llir|ptx (default: cuda:90)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
     p.add_argument(
         "--run",
@@ -54,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     try:
-        text = run_file(args.file) if args.run else compile_file(args.file, args.emit)
+        if args.run:
+            text = run_file(args.file)
+        elif args.emit in GPU_STAGES:
+            text = compile_file_for_gpu(args.file, args.emit, args.target)
+        else:
+            text = compile_file(args.file, args.emit)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported as a diagnostic
@@ -81,6 +93,32 @@ def compile_file(path: str, emit: str) -> str:
         prog = import_program(model, inputs)
     lower(prog.module, prog.context, emit)
     return str(prog.module)
+
+
+GPU_STAGES = ("ttir", "ttgir", "llir", "ptx")
+
+
+def compile_file_for_gpu(path: str, emit: str, target: str) -> str:
+    """The GPU backend's kernels of FILE.py at `emit` for `target`, one after another."""
+    from tidal.backends.gpu.triton_compile import kernel_asm, parse_target
+    from tidal.compiler import gpu_function
+    from tidal.importer import import_program
+
+    try:
+        parsed = parse_target(target)
+    except ValueError as exc:
+        raise TidalError(str(exc), None) from None
+    if not os.path.isfile(path):
+        raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
+    model, inputs = load_program_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        prog = import_program(model, inputs)
+    program = gpu_function(prog)
+    parts = []
+    for kernel in program.kernels_for_emit():
+        parts.append(f"// kernel {kernel.name} ({emit}, {target})\n{kernel_asm(kernel, emit, parsed)}")
+    return "\n".join(parts) if parts else f"// no kernels: {path} runs as library calls only\n"
 
 
 def run_file(path: str) -> str:

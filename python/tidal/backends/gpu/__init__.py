@@ -1,0 +1,12 @@
+"""GPU backend: linalg-level tidal programs as Triton kernels (TTIR text, compiled by triton 3.6)
+launched on CUDA tensors by a host plan (`program.py`). The tensor-level preparation (elementwise
+fusion) is `tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes their text,
+`triton_compile.py` compiles them (no GPU needed to compile for a target)."""
+
+from tidal.passes.registry import tidal_pipeline
+
+GPU_PREPARE = tidal_pipeline(
+    "tidal-gpu-prepare",
+    "linalg-level tidal IR → fused elementwise generics, ready for Triton kernels (GPU backend)",
+    "canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
+)

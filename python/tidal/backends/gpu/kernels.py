@@ -1,0 +1,569 @@
+"""Kernels from linalg-level ops: a `linalg.generic` (elementwise or with reductions) and an
+elementwise `tidal.associative_scan` (`tt.scan`), as TTIR text plus what the host needs to launch.
+
+A generic's parallel dims are flattened and split into blocks of BLOCK elements, one program per
+block; its reduction dims are `scf.for` loops inside the kernel carrying the accumulators, so one
+kernel serves sums, maxima, softmax pieces and any other body linalg can express. Every operand is
+addressed through strides passed at launch (views need no copies), and every loop size is an
+argument, so one kernel serves every shape of its op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from tidal.backends.gpu.ttir import Kernel, KernelBuilder, element_type, memory_type, tensor_type, translate_op
+from tidal.diagnostics import TidalUnsupported
+
+ELEMENTWISE_BLOCK = 1024
+REDUCTION_BLOCK = 128
+
+
+@dataclass
+class GenericLaunch:
+    """How the host launches a generic's kernel: which tensors go in (ins, captured, then the
+    outs whose initial values are read) and which dims' sizes, read off which operand."""
+
+    kernel: Kernel
+    captured: list  # values from above the generic, passed as tensors (or scalars)
+    captured_scalar: list[bool]
+    reads_init: list[bool]  # per out
+    dim_sources: list[tuple[int, int]]  # per loop dim: (operand index in ins+outs, result position)
+    parallel_dims: list[int]
+    block: int
+
+
+def _map_dims(affine_map) -> list[int | None]:
+    """Per result of an indexing map: the loop dim it reads (None: the constant 0 of a size-1 dim)."""
+    dims = []
+    for e in affine_map.results:
+        e = e.maybe_downcast()
+        if isinstance(e, ir.AffineDimExpr):
+            dims.append(e.position)
+        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
+            dims.append(None)
+        else:
+            raise TidalUnsupported(f"GPU backend: indexing map {affine_map} (only dims and 0)", None)
+    return dims
+
+
+def _defined_inside(value, region_op) -> bool:
+    owner = value.owner
+    while not isinstance(owner, ir.Block):
+        parent = owner.parent
+        if parent is None:
+            return False
+        if parent == region_op:
+            return True
+        owner = parent
+    block_owner = owner.owner
+    while block_owner is not None:
+        if block_owner == region_op:
+            return True
+        block_owner = block_owner.parent
+    return False
+
+
+class _Addressing:
+    """Offsets of an operand's elements from the loop indices and its strides (kernel args)."""
+
+    def __init__(self, b: KernelBuilder, shape: tuple[int, ...]):
+        self.b, self.shape = b, shape
+
+    def offsets(self, strides: list[str], indices: list[str | None]) -> str:
+        b, shape = self.b, self.shape
+        ty = tensor_type(shape, "i32")
+        off = None
+        for stride, index in zip(strides, indices):
+            if index is None:
+                continue
+            term = b.binary("arith.muli", index, b.splat(stride, "i32", shape), ty)
+            off = term if off is None else b.binary("arith.addi", off, term, ty)
+        return off if off is not None else b.const(0, "i32", shape)
+
+    def pointers(self, ptr: str, elem: str, off: str) -> str:
+        b, shape = self.b, self.shape
+        mem = memory_type(elem)
+        ptr_ty = tensor_type(shape, f"!tt.ptr<{mem}>")
+        p = b.op(f"tt.splat {ptr} : !tt.ptr<{mem}> -> {ptr_ty}")
+        return b.op(f"tt.addptr {p}, {off} : {ptr_ty}, {tensor_type(shape, 'i32')}")
+
+    def load(self, ptrs: str, elem: str, mask: str) -> str:
+        mem = memory_type(elem)
+        value = self.b.op(f"tt.load {ptrs}, {mask} : {tensor_type(self.shape, f'!tt.ptr<{mem}>')}")
+        if mem != elem:  # a byte per boolean
+            value = self.b.op(f"arith.cmpi ne, {value}, {self.b.const(0, mem, self.shape)} : {tensor_type(self.shape, mem)}")
+        return value
+
+    def store(self, ptrs: str, value: str, elem: str, mask: str) -> None:
+        mem = memory_type(elem)
+        if mem != elem:
+            value = self.b.op(f"arith.extui {value} : {tensor_type(self.shape, elem)} to {tensor_type(self.shape, mem)}")
+        self.b.emit(f"tt.store {ptrs}, {value}, {mask} : {tensor_type(self.shape, f'!tt.ptr<{mem}>')}")
+
+
+def _tensor_rank_and_elem(value) -> tuple[int, str]:
+    t = ir.RankedTensorType(value.type)
+    return t.rank, element_type(t.element_type)
+
+
+class _Generic:
+    """One linalg.generic's kernel arguments and body, emitted on tiles of `shape`."""
+
+    def __init__(self, op, name: str):
+        self.op = op
+        g = op.opview
+        self.maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+        self.iterators = ["reduction" if "reduction" in str(a) else "parallel" for a in op.attributes["iterator_types"]]
+        self.ins, self.outs = list(g.inputs), list(g.outputs)
+        self.body = op.regions[0].blocks[0]
+        self.parallel = [d for d, it in enumerate(self.iterators) if it == "parallel"]
+        self.reduction = [d for d, it in enumerate(self.iterators) if it == "reduction"]
+        self.operand_dims = [_map_dims(m) for m in self.maps]
+        self.b = KernelBuilder(name)
+        # values from above the generic that its body reads (a gather's source, a scalar)
+        self.captured, self.captured_scalar = [], []
+        for inner in self.body.operations:
+            for v in inner.operands:
+                if _defined_inside(v, op) or any(v == c for c in self.captured):
+                    continue
+                if isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
+                    continue  # re-emitted inside
+                self.captured.append(v)
+                self.captured_scalar.append(not isinstance(v.type, ir.RankedTensorType))
+
+    def tensor_arg(self, name: str, value):
+        rank, elem = _tensor_rank_and_elem(value)
+        return self.b.pointer_arg(name, elem), [self.b.scalar_arg(f"{name}_s{r}") for r in range(rank)], elem
+
+    def declare_inputs(self) -> None:
+        b = self.b
+        self.in_args = [self.tensor_arg(f"in{i}", v) for i, v in enumerate(self.ins)]
+        self.cap_args = []
+        for i, (v, scalar) in enumerate(zip(self.captured, self.captured_scalar)):
+            if scalar:
+                self.cap_args.append((b.scalar_arg(f"cap{i}", element_type(v.type)), None, element_type(v.type)))
+            else:
+                self.cap_args.append(self.tensor_arg(f"cap{i}", v))
+
+    def load_operand(self, addr, arg, dims, index, mask):
+        ptr, strides, elem = arg
+        off = addr.offsets(strides, [index[d] if d is not None else None for d in dims])
+        return addr.load(addr.pointers(ptr, elem, off), elem, mask)
+
+    def run_body(self, addr, values, index, mask, shape, stop: dict | None = None):
+        """Emit the body on tiles of `shape`; returns the yielded values. `stop` maps ops (the
+        combiners of a split reduction) to the value to take for their result instead."""
+        b, ity = self.b, tensor_type(shape, "i32")
+        for inner in self.body.operations:
+            name = inner.operation.name
+            if name == "linalg.yield":
+                return [values.get(v) for v in inner.operands]
+            if stop and any(inner == s for s in stop):
+                continue
+            if name == "linalg.index":
+                d = ir.IntegerAttr(inner.attributes["dim"]).value
+                values[inner.results[0]] = b.op(f"arith.extsi {index[d]} : {ity} to {tensor_type(shape, 'i64')}")
+                continue
+            if name == "cf.assert":
+                # torch-mlir's index-bounds checks: dropped in kernels (triton 3.6 aborts on tt.assert
+                # of these masks), so an out-of-range index reads out of bounds instead of raising
+                continue
+            if name == "tensor.extract":
+                k = next(i for i, c in enumerate(self.captured) if c == inner.operands[0])
+                ptr, strides, elem = self.cap_args[k]
+                idx_i32 = [b.op(f"arith.trunci {values[v]} : {tensor_type(shape, 'i64')} to {ity}") if element_type(v.type) == "i64"
+                           else values[v] for v in list(inner.operands)[1:]]
+                values[inner.results[0]] = addr.load(addr.pointers(ptr, elem, addr.offsets(strides, idx_i32)), elem, mask)
+                continue
+            operands = []
+            for v in inner.operands:
+                if v not in values:
+                    k = next((i for i, c in enumerate(self.captured) if c == v), None)
+                    if k is not None and self.captured_scalar[k]:
+                        values[v] = b.splat(self.cap_args[k][0], self.cap_args[k][2], shape)
+                    elif isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
+                        values[v] = translate_op(b, v.owner, [], shape)[0]
+                    else:
+                        raise TidalUnsupported(f"GPU backend: '{name}' reads a tensor inside a generic", inner.location)
+                operands.append(values[v])
+            for r, v in zip(inner.results, translate_op(b, inner, operands, shape)):
+                values[r] = v
+        raise AssertionError("linalg.generic body without linalg.yield")
+
+    def dim_sources(self):
+        return [next((k, r) for k, dims in enumerate(self.operand_dims) for r, dd in enumerate(dims) if dd == d)
+                for d in range(len(self.iterators))]
+
+
+def generic_kernel(op, name: str) -> GenericLaunch:
+    """Parallel dims flattened over programs of BLOCK elements; reduction dims as `scf.for` loops
+    in each lane (any body: argmax, norms, ...)."""
+    gen = _Generic(op, name)
+    b, n_in, body = gen.b, len(gen.ins), gen.body
+    reads_init = [bool(gen.reduction) or len(list(body.arguments[n_in + j].uses)) > 0 for j in range(len(gen.outs))]
+    block = REDUCTION_BLOCK if gen.reduction else ELEMENTWISE_BLOCK
+    shape = (block,)
+    addr = _Addressing(b, shape)
+    gen.declare_inputs()
+    init_args = [gen.tensor_arg(f"init{j}", v) if reads_init[j] else None for j, v in enumerate(gen.outs)]
+    res_args = [gen.tensor_arg(f"res{j}", v) for j, v in enumerate(gen.outs)]
+    sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
+    total = b.scalar_arg("numel")
+
+    ity = tensor_type(shape, "i32")
+    pid = b.op("tt.get_program_id x : i32")
+    start = b.binary("arith.muli", pid, b.const(block, "i32"), "i32")
+    idx = b.binary("arith.addi", b.splat(start, "i32", shape), b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}"), ity)
+    mask = b.op(f"arith.cmpi slt, {idx}, {b.splat(total, 'i32', shape)} : {ity}")
+    index: dict[int, str] = {}
+    rest = idx
+    for d in reversed(gen.parallel):
+        size = b.splat(sizes[d], "i32", shape)
+        index[d] = b.binary("arith.remsi", rest, size, ity)
+        rest = b.binary("arith.divsi", rest, size, ity)
+
+    acc_init = [gen.load_operand(addr, init_args[j], gen.operand_dims[n_in + j], index, mask) if reads_init[j] else None
+                for j in range(len(gen.outs))]
+
+    def body_values(accs):
+        values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask) for i in range(n_in)}
+        values.update({body.arguments[n_in + j]: a for j, a in enumerate(accs) if a is not None})
+        return values
+
+    out_elems = [tensor_type(shape, _tensor_rank_and_elem(v)[1]) for v in gen.outs]
+
+    def reduce_loops(dims, accs):
+        if not dims:
+            return gen.run_body(addr, body_values(accs), index, mask, shape)
+        d, more = dims[0], dims[1:]
+        iv, iters, results = b.fresh(), [b.fresh() for _ in accs], b.fresh()
+        b.emit(
+            f"{results}:{len(accs)} = scf.for {iv} = {b.const(0, 'i32')} to {sizes[d]} step {b.const(1, 'i32')} "
+            f"iter_args({', '.join(f'{i} = {a}' for i, a in zip(iters, accs))}) -> ({', '.join(out_elems)}) : i32 {{"
+        )
+        b.indent += 1
+        index[d] = b.splat(iv, "i32", shape)
+        new = reduce_loops(more, iters)
+        b.emit(f"scf.yield {', '.join(new)} : {', '.join(out_elems)}")
+        b.indent -= 1
+        b.emit("}")
+        return [f"{results}#{i}" for i in range(len(accs))]
+
+    results = reduce_loops(gen.reduction, acc_init)
+    for j, value in enumerate(results):
+        ptr, strides, elem = res_args[j]
+        off = addr.offsets(strides, [index[d] if d is not None else None for d in gen.operand_dims[n_in + j]])
+        addr.store(addr.pointers(ptr, elem, off), value, elem, mask)
+    return GenericLaunch(b.text(), gen.captured, gen.captured_scalar, reads_init, gen.dim_sources(), gen.parallel, block)
+
+
+# -- split reductions: sums, maxima, ... over many programs -------------------------------------
+
+# combiner op -> (identity as a TTIR literal per element kind, the torch reduction of partials, the
+# torch op folding the total into the initial value)
+COMBINERS = {
+    "arith.addf": ("0.000000e+00", "sum", "add"),
+    "arith.addi": ("0", "sum", "add"),
+    "arith.mulf": ("1.000000e+00", "prod", "mul"),
+    "arith.maximumf": ("0xFF800000", "amax", "maximum"),
+    "arith.minimumf": ("0x7F800000", "amin", "minimum"),
+    "arith.maxnumf": ("0xFF800000", "amax", "fmax"),
+    "arith.minnumf": ("0x7F800000", "amin", "fmin"),
+    "arith.ori": ("0", "any", "logical_or"),
+    "arith.andi": ("1", "all", "logical_and"),
+}
+_F64_INF = {"0xFF800000": "0xFFF0000000000000", "0x7F800000": "0x7FF0000000000000"}
+
+
+def split_combiners(op):
+    """For a generic whose every out is folded by one combiner (out' = combine(f(ins), out), f
+    not reading any out): the combiner ops, one per out; else None."""
+    if not any("reduction" in str(a) for a in op.attributes["iterator_types"]):
+        return None
+    body = op.regions[0].blocks[0]
+    g = op.opview
+    n_in, outs = len(g.inputs), list(g.outputs)
+    out_args = [body.arguments[n_in + j] for j in range(len(outs))]
+    yield_op = list(body.operations)[-1]
+    combiners = []
+    for j, v in enumerate(yield_op.operands):
+        c = v.owner
+        if isinstance(c, ir.Block) or c.operation.name not in COMBINERS or len(list(out_args[j].uses)) != 1:
+            return None
+        a, b2 = c.operands
+        if not (a == out_args[j] or b2 == out_args[j]):
+            return None
+        elem = element_type(v.type)
+        if c.operation.name in ("arith.ori", "arith.andi") and elem != "i1":
+            return None
+        combiners.append(c)
+    # f must not read any out: outs are used only by their combiner (checked above)
+    maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+    parallel = [d for d, a in enumerate(op.attributes["iterator_types"]) if "parallel" in str(a)]
+    for m in maps[n_in:]:
+        if [d for d in _map_dims(m) if d is not None] != parallel:
+            return None  # partials are laid out like the out only when it is indexed by the parallel dims in order
+    return combiners
+
+
+def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[Kernel, _Generic]:
+    """Program (i, s) reduces rows [i·BP, (i+1)·BP) over its split s of the flattened reduction
+    dims, in tiles [BP, BR] (`tt.reduce` along the tile's reduction axis, masked lanes holding the
+    identity), and writes its partial to part_j[row, s]; the host folds the S partials and the
+    initial value (ATen, same stream)."""
+    gen = _Generic(op, name)
+    combiners = split_combiners(op)
+    b, n_in, body = gen.b, len(gen.ins), gen.body
+    tile = (block_p, block_r)
+    addr = _Addressing(b, tile)
+    gen.declare_inputs()
+    out_elems = [_tensor_rank_and_elem(v)[1] for v in gen.outs]
+    parts = [b.pointer_arg(f"part{j}", e) for j, e in enumerate(out_elems)]
+    sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
+    rows_total, red_total, per_split = b.scalar_arg("rows"), b.scalar_arg("red"), b.scalar_arg("per_split")
+    splits = b.scalar_arg("splits")
+    ty = tensor_type(tile, "i32")
+    pid_p, pid_s = b.op("tt.get_program_id x : i32"), b.op("tt.get_program_id y : i32")
+
+    def spread(vec: str, length: int, axis: int) -> str:
+        one = (length, 1) if axis == 1 else (1, length)
+        e = b.op(f"tt.expand_dims {vec} {{axis = {axis} : i32}} : {tensor_type((length,), 'i32')} -> {tensor_type(one, 'i32')}")
+        return b.op(f"tt.broadcast {e} : {tensor_type(one, 'i32')} -> {ty}")
+
+    rows1 = b.binary("arith.addi", b.splat(b.binary("arith.muli", pid_p, b.const(block_p, "i32"), "i32"), "i32", (block_p,)),
+                     b.op(f"tt.make_range {{end = {block_p} : i32, start = 0 : i32}} : {tensor_type((block_p,), 'i32')}"),
+                     tensor_type((block_p,), "i32"))
+    rows = spread(rows1, block_p, 1)
+    lanes = spread(b.op(f"tt.make_range {{end = {block_r} : i32, start = 0 : i32}} : {tensor_type((block_r,), 'i32')}"), block_r, 0)
+    row_ok = b.op(f"arith.cmpi slt, {rows}, {b.splat(rows_total, 'i32', tile)} : {ty}")
+    index: dict[int, str] = {}
+    rest = rows
+    for d in reversed(gen.parallel):
+        size = b.splat(sizes[d], "i32", tile)
+        index[d] = b.binary("arith.remsi", rest, size, ty)
+        rest = b.binary("arith.divsi", rest, size, ty)
+    begin = b.binary("arith.muli", pid_s, per_split, "i32")
+    end = b.op(f"arith.minsi {b.binary('arith.addi', begin, per_split, 'i32')}, {red_total} : i32")
+
+    def identity(c, elem, shape):
+        literal = COMBINERS[c.operation.name][0]
+        if elem == "f64":
+            literal = _F64_INF.get(literal, literal)
+        if elem == "i1":
+            literal = "true" if literal == "1" else "false"
+        return b.const(literal, elem, shape)
+
+    accs0 = [identity(c, e, (block_p,)) for c, e in zip(combiners, out_elems)]
+    acc_tys = [tensor_type((block_p,), e) for e in out_elems]
+    iv, iters, results = b.fresh(), [b.fresh() for _ in accs0], b.fresh()
+    b.emit(
+        f"{results}:{len(accs0)} = scf.for {iv} = {begin} to {end} step {b.const(block_r, 'i32')} "
+        f"iter_args({', '.join(f'{i} = {a}' for i, a in zip(iters, accs0))}) -> ({', '.join(acc_tys)}) : i32 {{"
+    )
+    b.indent += 1
+    r = b.binary("arith.addi", b.splat(iv, "i32", tile), lanes, ty)
+    mask = b.binary("arith.andi", row_ok, b.op(f"arith.cmpi slt, {r}, {b.splat(end, 'i32', tile)} : {ty}"), tensor_type(tile, "i1"))
+    rest = r
+    for d in reversed(gen.reduction):
+        size = b.splat(sizes[d], "i32", tile)
+        index[d] = b.binary("arith.remsi", rest, size, ty)
+        rest = b.binary("arith.divsi", rest, size, ty)
+    values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask) for i in range(n_in)}
+    out_args = [body.arguments[n_in + j] for j in range(len(gen.outs))]
+    gen.run_body(addr, values, index, mask, tile, stop={c: None for c in combiners})
+    new = []
+    for j, c in enumerate(combiners):
+        a, b2 = c.operands
+        term = values[b2 if a == out_args[j] else a]
+        elem = out_elems[j]
+        masked = b.op(f"arith.select {mask}, {term}, {identity(c, elem, tile)} : {tensor_type(tile, 'i1')}, {tensor_type(tile, elem)}")
+        red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
+        b.emit(f'{red} = "tt.reduce"({masked}) <{{axis = 1 : i32}}> ({{')
+        b.emit(f"^bb0({p}: {elem}, {q}: {elem}):")
+        b.emit(f"  {t} = {c.operation.name} {p}, {q} : {elem}")
+        b.emit(f"  tt.reduce.return {t} : {elem}")
+        b.emit(f"}}) : ({tensor_type(tile, elem)}) -> {tensor_type((block_p,), elem)}")
+        new.append(b.binary(c.operation.name, iters[j], red, acc_tys[j]))
+    b.emit(f"scf.yield {', '.join(new)} : {', '.join(acc_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    row_addr = _Addressing(b, (block_p,))
+    row_mask = b.op(f"arith.cmpi slt, {rows1}, {b.splat(rows_total, 'i32', (block_p,))} : {tensor_type((block_p,), 'i32')}")
+    off = b.binary("arith.addi", b.binary("arith.muli", rows1, b.splat(splits, "i32", (block_p,)), tensor_type((block_p,), "i32")),
+                   b.splat(pid_s, "i32", (block_p,)), tensor_type((block_p,), "i32"))
+    for j, elem in enumerate(out_elems):
+        row_addr.store(row_addr.pointers(parts[j], elem, off), f"{results}#{j}", elem, row_mask)
+    return b.text(), gen
+
+
+# -- associative_scan → tt.scan -----------------------------------------------------------------
+
+
+def elementwise_combine(op) -> bool:
+    """The combine of a `tidal.associative_scan` only maps its slices elementwise (every generic
+    all-parallel with identity maps over the slice shape): it can run on scalars inside `tt.scan`."""
+    body = op.regions[0].blocks[0]
+    for inner in body.operations:
+        if inner.operation.name in ("tensor.empty", "arith.constant", "tidal.yield"):
+            continue
+        if inner.operation.name != "linalg.generic":
+            return False
+        if any("reduction" in str(a) for a in inner.attributes["iterator_types"]):
+            return False
+        for a in inner.attributes["indexing_maps"]:
+            m = ir.AffineMapAttr(a).value
+            if not m.is_permutation or any(e.maybe_downcast().position != i for i, e in enumerate(m.results)):
+                return False
+        for generic_op in inner.regions[0].blocks[0].operations:
+            if generic_op.operation.name in ("linalg.index", "tensor.extract"):
+                return False
+    return True
+
+
+def _combine_scalars(b: KernelBuilder, op, lhs: list[str], rhs: list[str], shape: tuple[int, ...]) -> list[str]:
+    """The combine region of `op` applied elementwise to values of `shape` (() for scalars)."""
+    body = op.regions[0].blocks[0]
+    k = len(lhs)
+    values = {body.arguments[i]: v for i, v in enumerate([*lhs, *rhs])}
+    for inner in body.operations:
+        if inner.operation.name == "tensor.empty":
+            continue
+        if inner.operation.name == "tidal.yield":
+            return [values[v] for v in inner.operands]
+        if inner.operation.name == "arith.constant":
+            attr = inner.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr) and not ir.DenseElementsAttr(attr).is_splat:
+                raise TidalUnsupported("GPU backend: a non-splat constant in a scan combine", inner.location)
+            elem = element_type(ir.RankedTensorType(inner.results[0].type).element_type) if isinstance(inner.results[0].type, ir.RankedTensorType) else element_type(inner.results[0].type)
+            text = str(attr)
+            value = text.split("dense<", 1)[1].split(">", 1)[0] if text.startswith("dense<") else text.rsplit(" : ", 1)[0]
+            values[inner.results[0]] = b.const(value, elem, shape)
+            continue
+        g = inner.opview
+        gbody = inner.regions[0].blocks[0]
+        inner_values = {gbody.arguments[i]: values[v] for i, v in enumerate(g.inputs)}
+        for gop in gbody.operations:
+            if gop.operation.name == "linalg.yield":
+                for r, v in zip(inner.results, gop.operands):
+                    values[r] = inner_values[v]
+                break
+            operands = []
+            for v in gop.operands:
+                if v not in inner_values:
+                    if isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
+                        inner_values[v] = translate_op(b, v.owner, [], shape)[0]
+                    else:
+                        raise TidalUnsupported("GPU backend: a scan combine reads a value from outside", gop.location)
+                operands.append(inner_values[v])
+            for r, name in zip(gop.results, translate_op(b, gop, operands, shape)):
+                inner_values[r] = name
+    raise AssertionError(f"combine of {k} operands without tidal.yield")
+
+
+def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = True, write_total: bool = False,
+                carry_in: bool = False, in_scan_order: bool = False) -> Kernel:
+    """Inclusive scan along dim 0 of k [T, C] contiguous tensors. Program (i, j) takes columns
+    [i·BC, (i+1)·BC) of chunk j + `first_chunk` (rows [c·L, (c+1)·L) in scan order) and walks it in
+    tiles of `block_t` rows: `tt.scan` within a tile, the carry of the rows before combined in
+    (lhs: the earlier prefix). `carry_in` starts from row c-1 of `carries` (the scanned chunk
+    totals); `write_total` stores the chunk's last row into `totals` (L is a multiple of
+    block_t, so only a partial last chunk has a meaningless total, and nothing reads it).
+    `reverse` reads rows from the end, so the scan inside a tile runs forward and padding rows
+    come last. `in_scan_order`: the rows are already in scan order (chunk totals)."""
+    k = ir.IntegerAttr(op.attributes["num_xs"]).value
+    reverse = ir.BoolAttr(op.attributes["reverse"]).value and not in_scan_order
+    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
+    b = KernelBuilder(name)
+    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
+    ys = [b.pointer_arg(f"y{i}", e) for i, e in enumerate(elems)] if store_y else []
+    totals = [b.pointer_arg(f"total{i}", e) for i, e in enumerate(elems)] if write_total else []
+    carries = [b.pointer_arg(f"carry{i}", e) for i, e in enumerate(elems)] if carry_in else []
+    length, width, chunk_rows, first_chunk = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("L"), b.scalar_arg("first_chunk")
+    tile, row, col = (block_t, block_c), (block_t, 1), (1, block_c)
+    t_i32, c_i32 = tensor_type(tile, "i32"), tensor_type((block_c,), "i32")
+    pid = b.op("tt.get_program_id x : i32")
+    chunk_id = b.binary("arith.addi", b.op("tt.get_program_id y : i32"), first_chunk, "i32")
+    c0 = b.binary("arith.muli", pid, b.const(block_c, "i32"), "i32")
+    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    cols2 = b.op(f"tt.expand_dims {cols} {{axis = 0 : i32}} : {c_i32} -> {tensor_type(col, 'i32')}")
+    cols_t = b.op(f"tt.broadcast {cols2} : {tensor_type(col, 'i32')} -> {t_i32}")
+    rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
+    rows2 = b.op(f"tt.expand_dims {rows1} {{axis = 1 : i32}} : {tensor_type((block_t,), 'i32')} -> {tensor_type(row, 'i32')}")
+    rows_t = b.op(f"tt.broadcast {rows2} : {tensor_type(row, 'i32')} -> {t_i32}")
+    col_ok = b.op(f"arith.cmpi slt, {cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
+    last_row = b.op(f"arith.cmpi eq, {rows_t}, {b.const(block_t - 1, 'i32', tile)} : {t_i32}")
+    begin = b.binary("arith.muli", chunk_id, chunk_rows, "i32")
+    end = b.op(f"arith.minsi {b.binary('arith.addi', begin, chunk_rows, 'i32')}, {length} : i32")
+    addr = _Addressing(b, tile)
+    row_addr = _Addressing(b, (block_c,))
+    col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
+
+    def row_pointers(ptr, elem, row_index):
+        off = b.binary("arith.addi", b.splat(b.binary("arith.muli", row_index, width, "i32"), "i32", (block_c,)), cols, c_i32)
+        return row_addr.pointers(ptr, elem, off)
+
+    def chunk(start: str, carry: list[str] | None) -> list[str]:
+        """Scan rows [start, start + block_t) (in scan order), store them; returns the last row."""
+        s = b.binary("arith.addi", b.splat(start, "i32", tile), rows_t, t_i32)  # position in scan order
+        t = b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32) if reverse else s
+        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
+        mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile, "i1"))
+        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
+        tiles = [addr.load(addr.pointers(x, e, off), e, mask) for x, e in zip(xs, elems)]
+        tys = [tensor_type(tile, e) for e in elems]
+        scanned = b.fresh()
+        lhs, rhs = [b.fresh() for _ in range(k)], [b.fresh() for _ in range(k)]
+        b.emit(f'{scanned}:{k} = "tt.scan"({", ".join(tiles)}) <{{axis = 0 : i32, reverse = false}}> ({{')
+        b.emit(f"^bb0({', '.join(f'{v}: {e}' for v, e in zip([*lhs, *rhs], [*elems, *elems]))}):")
+        b.indent += 1
+        out = _combine_scalars(b, op, lhs, rhs, ())
+        b.emit(f"tt.scan.return {', '.join(out)} : {', '.join(elems)}")
+        b.indent -= 1
+        b.emit(f"}}) : ({', '.join(tys)}) -> ({', '.join(tys)})")
+        values = [f"{scanned}#{i}" for i in range(k)]
+        if carry is not None:
+            spread = []
+            for c, e in zip(carry, elems):
+                c2 = b.op(f"tt.expand_dims {c} {{axis = 0 : i32}} : {tensor_type((block_c,), e)} -> {tensor_type(col, e)}")
+                spread.append(b.op(f"tt.broadcast {c2} : {tensor_type(col, e)} -> {tensor_type(tile, e)}"))
+            values = _combine_scalars(b, op, spread, values, tile)
+        for y, v, e in zip(ys, values, elems):  # (none when only the chunk's total is wanted)
+            addr.store(addr.pointers(y, e, off), v, e, mask)
+        last = []
+        for v, e in zip(values, elems):
+            zero = b.const("0.000000e+00" if e.startswith(("f", "bf")) else 0, e, tile)
+            picked = b.op(f"arith.select {last_row}, {v}, {zero} : {tensor_type(tile, 'i1')}, {tensor_type(tile, e)}")
+            add = "arith.addf" if e.startswith(("f", "bf")) else "arith.addi"
+            red, p, q, total = b.fresh(), b.fresh(), b.fresh(), b.fresh()
+            b.emit(f'{red} = "tt.reduce"({picked}) <{{axis = 0 : i32}}> ({{')
+            b.emit(f"^bb0({p}: {e}, {q}: {e}):")
+            b.emit(f"  {total} = {add} {p}, {q} : {e}")
+            b.emit(f"  tt.reduce.return {total} : {e}")
+            b.emit(f"}}) : ({tensor_type(tile, e)}) -> {tensor_type((block_c,), e)}")
+            last.append(red)
+        return last
+
+    incoming = None
+    if carry_in:
+        previous = b.binary("arith.subi", chunk_id, b.const(1, "i32"), "i32")
+        incoming = [row_addr.load(row_pointers(c, e, previous), e, col_mask) for c, e in zip(carries, elems)]
+    carry = chunk(begin, incoming)
+    # the tiles after the first: scf.for over their starts, the carry in iter_args
+    carry_tys = [tensor_type((block_c,), e) for e in elems]
+    iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()
+    b.emit(
+        f"{results}:{k} = scf.for {iv} = {b.binary('arith.addi', begin, b.const(block_t, 'i32'), 'i32')} to {end} "
+        f"step {b.const(block_t, 'i32')} "
+        f"iter_args({', '.join(f'{i} = {c}' for i, c in zip(iters, carry))}) -> ({', '.join(carry_tys)}) : i32 {{"
+    )
+    b.indent += 1
+    new = chunk(iv, iters)
+    b.emit(f"scf.yield {', '.join(new)} : {', '.join(carry_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    for total, e, i in zip(totals, elems, range(k)):
+        row_addr.store(row_pointers(total, e, chunk_id), f"{results}#{i}", e, col_mask)
+    return b.text()

@@ -1,0 +1,673 @@
+"""A linalg-level tidal program run on a CUDA device: Triton kernels and a host plan around them.
+
+The plan is built once per program: each op of the function becomes a step. `linalg.generic`
+becomes a Triton kernel (`kernels.py`); an elementwise `tidal.associative_scan` becomes one
+`tt.scan` kernel, its whole length on the device. Matmul-likes, views, slices, concatenation and
+allocation are ATen calls on the same stream (cuBLAS for the matmuls). The other control-flow ops
+run as host loops launching their bodies' steps: `scan` and `map` know their trip count and never
+synchronize; a data-dependent `while` reads its predicate once per iteration and `cond` reads its
+predicate once. Every step enqueues on the current stream; nothing is copied to the host except
+those predicates and scalars a program extracts from a tensor.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch_mlir import ir
+
+from tidal.backends.gpu import kernels as K
+from tidal.backends.gpu.triton_compile import compile_kernel
+from tidal.backends.gpu.ttir import element_type
+from tidal.diagnostics import TidalUnsupported
+
+_DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
+           "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
+           "ui8": torch.uint8}
+_DYNAMIC = -(2**63)
+
+
+def _tensor_type(value) -> ir.RankedTensorType:
+    return ir.RankedTensorType(value.type)
+
+
+def _dtype(value) -> torch.dtype:
+    return _DTYPES[element_type(_tensor_type(value).element_type)]
+
+
+class _Plan:
+    """Steps of one block: each `step(env)` reads its operands from `env` and writes its results."""
+
+    def __init__(self, program: GpuProgram, block: ir.Block):
+        self.program = program
+        self.steps = []
+        self.yielded: list = []
+        for op in block.operations:
+            if op.operation.name in ("tidal.yield", "linalg.yield", "func.return", "scf.yield"):
+                self.yielded = list(op.operands)
+                continue
+            handler = getattr(program, "_op_" + op.operation.name.replace(".", "_"), None)
+            if handler is None:
+                raise TidalUnsupported(f"GPU backend: '{op.operation.name}' is not supported yet", op.location)
+            self.steps.append(handler(op))
+
+    def run(self, env: dict, args: list | None = None, block: ir.Block | None = None) -> list:
+        if args is not None:
+            for a, v in zip(block.arguments, args):
+                env[a] = v
+        for step in self.steps:
+            step(env)
+        return [env[v] for v in self.yielded]
+
+
+def _slices(offsets, sizes, strides):
+    return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
+
+
+class GpuProgram:
+    """Call with CUDA tensors (the program's inputs, in order); returns its results."""
+
+    def __init__(self, module: ir.Module, func_name: str = "main", keep_alive=None):
+        self.module = module
+        self.keep_alive = keep_alive  # the imported program: its context owns every op the plan holds
+        self._resources = None
+        self._kernel_count = 0
+        func = next(op for op in module.body.operations if op.operation.name == "func.func"
+                    and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
+        self.block = func.regions[0].blocks[0]
+        self.kernels: list = []  # (name, Kernel) in the order they were made: what --emit prints
+        self.plan = _Plan(self, self.block)
+
+    def __call__(self, *tensors):
+        # 0-d tensors the boundary made of Python scalars arrive on the CPU
+        args = [t.cuda() if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
+        return self.plan.run({}, args, self.block)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _new_kernel_name(self, what: str) -> str:
+        self._kernel_count += 1
+        return f"tidal_{what}_{self._kernel_count}"
+
+    def _shape(self, value, dynamic_operands, env) -> list[int]:
+        dyn = iter(dynamic_operands)
+        return [int(env[next(dyn)]) if s == _DYNAMIC else s for s in _tensor_type(value).shape]
+
+    @staticmethod
+    def _static(op, name):
+        return list(ir.DenseI64ArrayAttr(op.attributes[name]))
+
+    def _mixed(self, op, name, dynamic_values, env):
+        dyn = iter(dynamic_values)
+        return [int(env[next(dyn)]) if v == _DYNAMIC else v for v in self._static(op, name)]
+
+    def _constant_array(self, attr, value):
+        import numpy as np
+
+        t = _tensor_type(value)
+        shape = list(t.shape)
+        dtype = _dtype(value)
+        if isinstance(attr, ir.DenseElementsAttr):
+            dense = ir.DenseElementsAttr(attr)
+            if dense.is_splat:
+                text = str(attr).split("dense<", 1)[1].split(">", 1)[0]
+                scalar = _scalar_literal(f"{text} : {element_type(t.element_type)}")
+                return lambda device: torch.full(shape, scalar, dtype=dtype, device=device)
+            array = np.array(dense)
+            return lambda device: torch.from_numpy(array.copy()).reshape(shape).to(device)
+        # dense_resource<name>: the blob is in the module's resources (4 bytes of alignment first)
+        name = str(attr).split("dense_resource<", 1)[1].split(">", 1)[0]
+        if self._resources is None:
+            self._resources = dict(re.findall(r'^\s*([\w.]+): "0x([0-9A-Fa-f]*)"', str(self.module), re.M))
+        blob = bytes.fromhex(self._resources[name])[4:]
+        host = torch.frombuffer(bytearray(blob), dtype=dtype).reshape(shape).clone()
+        return lambda device: host.to(device)
+
+    # -- ops -----------------------------------------------------------------------------------------
+
+    def _op_arith_constant(self, op):
+        attr, result = op.attributes["value"], op.results[0]
+        if isinstance(result.type, ir.RankedTensorType):
+            make = self._constant_array(attr, result)
+            cache: dict = {}
+
+            def step(env):
+                device = torch.cuda.current_device()
+                if device not in cache:
+                    cache[device] = make(torch.device("cuda", device))
+                env[result] = cache[device]
+
+            return step
+        value = _scalar_literal(str(attr))
+        return lambda env: env.__setitem__(result, value)
+
+    def _op_tensor_empty(self, op):
+        result = op.results[0]
+        dtype = _dtype(result)
+        dyn = list(op.operands)
+        return lambda env: env.__setitem__(result, torch.empty(self._shape(result, dyn, env), dtype=dtype, device="cuda"))
+
+    def _op_linalg_fill(self, op):
+        value, out, result = op.operands[0], op.operands[1], op.results[0]
+        return lambda env: env.__setitem__(result, torch.full(env[out].shape, env[value], dtype=env[out].dtype, device=env[out].device))
+
+    def _split_reduction(self, op):
+        """A generic folding each out with one combiner: partials over many programs, then ATen
+        folds them (a full sum of 16M elements is not one lane's loop)."""
+        g = op.opview
+        ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
+        operands = [*ins, *outs]
+        combiners = K.split_combiners(op)
+        folds = [K.COMBINERS[c.operation.name][1:] for c in combiners]
+        probe = K._Generic(op, "probe")
+        parallel, reduction, dim_sources = probe.parallel, probe.reduction, probe.dim_sources()
+        captured, captured_scalar = probe.captured, probe.captured_scalar
+        name = self._new_kernel_name("reduce")
+        kernels: dict = {}
+
+        def blocks(rows: int, red: int) -> tuple[int, int]:
+            block_r = min(triton_next_pow2(max(red, 1)), 1024)
+            return min(max(1, 2048 // block_r), triton_next_pow2(max(rows, 1))), block_r
+
+        def kernel_for(key):
+            if key not in kernels:
+                kernel, _ = K.split_reduction_kernel(op, f"{name}_{key[0]}x{key[1]}", *key)
+                self.kernels.append(kernel)
+                kernels[key] = [kernel, None]
+            return kernels[key]
+
+        static = [s for v in operands for s in _tensor_type(v).shape]
+        if _DYNAMIC not in static:  # build the kernel now: --emit shows it
+            sizes = [_tensor_type(operands[k]).shape[r] for k, r in dim_sources]
+            kernel_for(blocks(_prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)))
+
+        def step(env):
+            tensors = [env[v] for v in operands]
+            sizes = [tensors[k].shape[r] for k, r in dim_sources]
+            rows, red = _prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)
+            key = blocks(rows, red)
+            entry = kernel_for(key)
+            if entry[1] is None:
+                entry[1] = compile_kernel(entry[0])
+            programs_p = triton_cdiv(rows, key[0])
+            splits = max(1, min(triton_cdiv(red, key[1]), triton_cdiv(4 * 132, programs_p)))
+            per_split = triton_cdiv(triton_cdiv(red, splits), key[1]) * key[1]
+            splits = max(1, triton_cdiv(red, per_split))
+            parts = [torch.empty(rows, splits, dtype=env[o].dtype, device=env[o].device) for o in outs]
+            args = []
+            for t in tensors[: len(ins)]:
+                args += [t, *t.stride()]
+            for v, scalar in zip(captured, captured_scalar):
+                t = env[v]
+                args += [t.item() if isinstance(t, torch.Tensor) else t] if scalar else [t, *t.stride()]
+            args += [*parts, *sizes, rows, red, per_split, splits]
+            if rows > 0 and red > 0:
+                entry[1][(programs_p, splits, 1)](*args)
+            for r, o, part, (reduce, fold) in zip(results, outs, parts, folds):
+                init = env[o]
+                if red == 0:
+                    env[r] = init.clone()
+                    continue
+                total = getattr(torch, reduce)(part, dim=1).to(init.dtype)
+                env[r] = getattr(torch, fold)(init.reshape(rows), total).reshape(init.shape)
+
+        return step
+
+    def _op_linalg_generic(self, op):
+        if K.split_combiners(op) is not None:
+            return self._split_reduction(op)
+        launch = K.generic_kernel(op, self._new_kernel_name("generic"))
+        self.kernels.append(launch.kernel)
+        g = op.opview
+        ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
+        operands = [*ins, *outs]
+        block = launch.block
+        compiled = None
+
+        def step(env):
+            nonlocal compiled
+            if compiled is None:
+                compiled = compile_kernel(launch.kernel)
+            tensors = [env[v] for v in operands]
+            sizes = [tensors[k].shape[r] for k, r in launch.dim_sources]
+            res = [torch.empty(env[o].shape, dtype=env[o].dtype, device=env[o].device) for o in outs]
+            args = []
+            for t in tensors[: len(ins)]:
+                args += [t, *t.stride()]
+            for v, scalar in zip(launch.captured, launch.captured_scalar):
+                t = env[v]
+                if scalar:
+                    args.append(t.item() if isinstance(t, torch.Tensor) else t)
+                else:
+                    args += [t, *t.stride()]
+            for j, reads in enumerate(launch.reads_init):
+                if reads:
+                    t = tensors[len(ins) + j]
+                    args += [t, *t.stride()]
+            for r in res:
+                args += [r, *r.stride()]
+            numel = 1
+            for d in launch.parallel_dims:
+                numel *= sizes[d]
+            args += [*sizes, numel]
+            if numel > 0:
+                compiled[(triton_cdiv(numel, block), 1, 1)](*args)
+            for r, t in zip(results, res):
+                env[r] = t
+
+        return step
+
+    def _op_linalg_matmul(self, op):
+        a, bmat, init = op.operands
+        result = op.results[0]
+        return lambda env: env.__setitem__(result, torch.addmm(env[init], env[a], env[bmat]))
+
+    def _op_linalg_batch_matmul(self, op):
+        a, bmat, init = op.operands
+        result = op.results[0]
+        return lambda env: env.__setitem__(result, torch.baddbmm(env[init], env[a], env[bmat]))
+
+    def _op_linalg_matvec(self, op):
+        a, x, init = op.operands
+        result = op.results[0]
+        return lambda env: env.__setitem__(result, torch.addmv(env[init], env[a], env[x]))
+
+    def _op_linalg_transpose(self, op):
+        src, result = op.operands[0], op.results[0]
+        perm = self._static(op, "permutation")
+        return lambda env: env.__setitem__(result, env[src].permute(perm))
+
+    def _op_linalg_broadcast(self, op):
+        src, result = op.operands[0], op.results[0]
+        dims = self._static(op, "dimensions")
+        rank = _tensor_type(result).rank
+
+        def step(env):
+            t = env[src]
+            for d in dims:
+                t = t.unsqueeze(d)
+            env[result] = t.expand(*[-1 if i not in dims else s for i, s in enumerate(env[op.operands[1]].shape)][:rank])
+
+        return step
+
+    def _op_linalg_copy(self, op):
+        src, result = op.operands[0], op.results[0]
+        return lambda env: env.__setitem__(result, env[src].clone())
+
+    def _reshape(self, op):
+        src, result = op.operands[0], op.results[0]
+        shape = list(_tensor_type(result).shape)
+        dynamic = [i for i, s in enumerate(shape) if s == _DYNAMIC]
+
+        def step(env):
+            t = env[src]
+            target = list(shape)
+            if dynamic:
+                known = 1
+                for s in shape:
+                    known *= s if s != _DYNAMIC else 1
+                target[dynamic[0]] = t.numel() // max(known, 1)
+            env[result] = t.reshape(target)
+
+        return step
+
+    _op_tensor_expand_shape = _reshape
+    _op_tensor_collapse_shape = _reshape
+
+    def _op_tensor_cast(self, op):
+        src, result = op.operands[0], op.results[0]
+        return lambda env: env.__setitem__(result, env[src])
+
+    def _slice_parts(self, op, first_dynamic: int):
+        """(offsets, sizes, strides) operand groups of an extract/insert_slice."""
+        ops = list(op.operands)[first_dynamic:]
+        counts = [sum(1 for v in self._static(op, n) if v == _DYNAMIC) for n in ("static_offsets", "static_sizes", "static_strides")]
+        return ops[: counts[0]], ops[counts[0] : counts[0] + counts[1]], ops[counts[0] + counts[1] :]
+
+    def _op_tensor_extract_slice(self, op):
+        src, result = op.operands[0], op.results[0]
+        d_off, d_size, d_stride = self._slice_parts(op, 1)
+        rank = _tensor_type(result).rank
+
+        def step(env):
+            offsets = self._mixed(op, "static_offsets", d_off, env)
+            sizes = self._mixed(op, "static_sizes", d_size, env)
+            strides = self._mixed(op, "static_strides", d_stride, env)
+            view = env[src][_slices(offsets, sizes, strides)]
+            if view.dim() != rank:  # rank-reducing: drop the unit dims the result lacks
+                view = view.reshape(self._shape(result, [], env) if _DYNAMIC not in _tensor_type(result).shape else [s for s in sizes if s != 1])
+            env[result] = view
+
+        return step
+
+    def _op_tensor_insert_slice(self, op):
+        src, dest, result = op.operands[0], op.operands[1], op.results[0]
+        d_off, d_size, d_stride = self._slice_parts(op, 2)
+
+        def step(env):
+            offsets = self._mixed(op, "static_offsets", d_off, env)
+            sizes = self._mixed(op, "static_sizes", d_size, env)
+            strides = self._mixed(op, "static_strides", d_stride, env)
+            out = env[dest].clone()
+            view = out[_slices(offsets, sizes, strides)]
+            view.copy_(env[src].reshape(view.shape))
+            env[result] = out
+
+        return step
+
+    def _op_tensor_extract(self, op):
+        src, indices, result = op.operands[0], list(op.operands)[1:], op.results[0]
+        return lambda env: env.__setitem__(result, env[src][tuple(int(env[i]) for i in indices)].item())
+
+    def _op_tensor_from_elements(self, op):
+        elems, result = list(op.operands), op.results[0]
+        dtype, shape = _dtype(result), list(_tensor_type(result).shape)
+        return lambda env: env.__setitem__(
+            result, torch.tensor([env[e] for e in elems], dtype=dtype, device="cuda").reshape(shape)
+        )
+
+    def _op_tensor_concat(self, op):
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        parts, result = list(op.operands), op.results[0]
+        return lambda env: env.__setitem__(result, torch.cat([env[p] for p in parts], dim))
+
+    def _op_tensor_dim(self, op):
+        src, index, result = op.operands[0], op.operands[1], op.results[0]
+        return lambda env: env.__setitem__(result, env[src].shape[int(env[index])])
+
+    def _op_tidal_aten_call(self, op):
+        """The same ATen operator on the CUDA tensors (cuDNN for convolutions), on the current stream."""
+        from tidal.dialects.aten_call import is_none, is_operand_ref
+
+        callee = ir.StringAttr(op.attributes["callee"]).value
+        overload = ir.StringAttr(op.attributes["overload"]).value or "default"
+        packet = getattr(torch.ops.aten, callee.split("::", 1)[1])
+        fn = getattr(packet, overload)
+        operands, results = list(op.operands), list(op.results)
+
+        def decode(a):
+            if is_operand_ref(a):
+                return lambda env: env[operands[a.value]]
+            if is_none(a):
+                return lambda env: None
+            if isinstance(a, ir.BoolAttr):
+                return lambda env, v=a.value: v
+            if isinstance(a, ir.IntegerAttr):
+                return lambda env, v=a.value: v
+            if isinstance(a, ir.FloatAttr):
+                return lambda env, v=a.value: v
+            if isinstance(a, ir.StringAttr):
+                return lambda env, v=a.value: v
+            if isinstance(a, ir.DenseI64ArrayAttr):
+                return lambda env, v=list(a): v
+            if isinstance(a, ir.ArrayAttr):
+                items = [decode(e) for e in a]
+                return lambda env: [item(env) for item in items]
+            raise TidalUnsupported(f"GPU backend: argument {a} of {callee}", op.location)
+
+        args = [decode(a) for a in ir.ArrayAttr(op.attributes["args"])]
+
+        def step(env):
+            out = fn(*[a(env) for a in args])
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            for r, v in zip(results, outs):
+                env[r] = v
+
+        return step
+
+    def _op_cf_assert(self, op):
+        cond = op.operands[0]
+        msg = ir.StringAttr(op.attributes["msg"]).value
+
+        def step(env):
+            if not bool(env[cond]):
+                raise RuntimeError(msg)
+
+        return step
+
+    # host scalar arithmetic (indices, sizes, extracted values)
+    _SCALAR = {
+        "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b, "arith.muli": lambda a, b: a * b,
+        "arith.divsi": lambda a, b: int(a / b), "arith.remsi": lambda a, b: a - b * int(a / b),
+        "arith.floordivsi": lambda a, b: a // b, "arith.ceildivsi": lambda a, b: -(-a // b),
+        "arith.maxsi": max, "arith.minsi": min, "arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b,
+        "arith.mulf": lambda a, b: a * b, "arith.divf": lambda a, b: a / b, "arith.andi": lambda a, b: a & b,
+        "arith.ori": lambda a, b: a | b, "arith.xori": lambda a, b: a ^ b, "arith.maximumf": max, "arith.minimumf": min,
+        "arith.index_cast": lambda a: a, "arith.index_castui": lambda a: a, "arith.extsi": lambda a: a,
+        "arith.extui": lambda a: int(a), "arith.trunci": lambda a: a, "arith.sitofp": float, "arith.fptosi": int,
+        "arith.extf": lambda a: a, "arith.truncf": lambda a: a, "arith.negf": lambda a: -a,
+        "arith.select": lambda c, a, b: a if c else b,
+    }
+    _PREDICATES = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge", 6: "ult", 7: "ule", 8: "ugt", 9: "uge"}
+    _COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+                "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+    _FPREDICATES = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne", 8: "eq", 9: "gt", 10: "ge", 11: "lt", 12: "le", 13: "ne"}
+
+    def __getattr__(self, name):
+        if name.startswith("_op_arith_"):
+            op_name = "arith." + name[len("_op_arith_"):]
+            if op_name in self._SCALAR:
+                fn = self._SCALAR[op_name]
+
+                def handler(op, fn=fn):
+                    operands, result = list(op.operands), op.results[0]
+                    if any(isinstance(v.type, ir.RankedTensorType) for v in operands):
+                        raise TidalUnsupported(f"GPU backend: '{op.operation.name}' on tensors outside linalg", op.location)
+                    return lambda env: env.__setitem__(result, fn(*[env[v] for v in operands]))
+
+                return handler
+            if op_name in ("arith.cmpi", "arith.cmpf"):
+
+                def compare(op):
+                    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+                    table = self._PREDICATES if op.operation.name == "arith.cmpi" else self._FPREDICATES
+                    kind = table.get(pred)
+                    if kind is None:
+                        raise TidalUnsupported(f"GPU backend: predicate {pred} of '{op.operation.name}' on the host", op.location)
+                    fn = self._COMPARE[kind.lstrip("su") if kind not in ("eq", "ne") else kind]
+                    a, b, result = op.operands[0], op.operands[1], op.results[0]
+                    return lambda env: env.__setitem__(result, fn(env[a], env[b]))
+
+                return compare
+        raise AttributeError(name)
+
+    # -- control flow ----------------------------------------------------------------------------------
+
+    def _op_tidal_cond(self, op):
+        pred, operands, results = op.operands[0], list(op.operands)[1:], list(op.results)
+        blocks = [r.blocks[0] for r in op.regions]
+        plans = [_Plan(self, b) for b in blocks]
+
+        def step(env):
+            p = env[pred]
+            branch = 0 if bool(p.item() if isinstance(p, torch.Tensor) else p) else 1  # one read
+            outs = plans[branch].run(env, [env[v] for v in operands], blocks[branch])
+            for r, v in zip(results, outs):
+                env[r] = v
+
+        return step
+
+    def _op_tidal_scan(self, op):
+        attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
+        n, k, dim = attr("num_carries"), attr("num_xs"), attr("dim")
+        reverse = ir.BoolAttr(op.attributes["reverse"]).value
+        operands, results = list(op.operands), list(op.results)
+        block = op.regions[0].blocks[0]
+        body = _Plan(self, block)
+
+        def step(env):
+            carries = [env[v] for v in operands[:n]]
+            xs = [env[v] for v in operands[n : n + k]]
+            consts = [env[v] for v in operands[n + k :]]
+            length = xs[0].shape[dim]
+            ys = [torch.empty(env_shape(r, length, dim), dtype=_dtype(r), device="cuda") for r in results[n:]]
+            for i in range(length):
+                t = length - 1 - i if reverse else i
+                outs = body.run(env, [*carries, *[x.select(dim, t) for x in xs], *consts], block)
+                carries = outs[:n]
+                for y, v in zip(ys, outs[n:]):
+                    y.select(dim, t).copy_(v)
+            for r, v in zip(results, [*carries, *ys]):
+                env[r] = v
+
+        def env_shape(r, length, dim):
+            shape = list(_tensor_type(r).shape)
+            shape[dim] = length
+            return shape
+
+        if any(s == _DYNAMIC for r in results[n:] for i, s in enumerate(_tensor_type(r).shape) if i != dim):
+            raise TidalUnsupported("GPU backend: a scan whose stacked outputs have dynamic inner dims", op.location)
+        return step
+
+    def _op_tidal_map(self, op):
+        k = ir.IntegerAttr(op.attributes["num_xs"]).value
+        operands, results = list(op.operands), list(op.results)
+        block = op.regions[0].blocks[0]
+        body = _Plan(self, block)
+
+        def step(env):
+            xs, consts = [env[v] for v in operands[:k]], [env[v] for v in operands[k:]]
+            rows = [body.run(env, [*[x[i] for x in xs], *consts], block) for i in range(xs[0].shape[0])]
+            for j, r in enumerate(results):
+                env[r] = torch.stack([row[j] for row in rows]) if rows else torch.empty([0, *_tensor_type(r).shape[1:]], dtype=_dtype(r), device="cuda")
+
+        return step
+
+    def _op_tidal_while(self, op):
+        n = ir.IntegerAttr(op.attributes["num_carries"]).value
+        stacked = "stack_outputs" in op.attributes and ir.BoolAttr(op.attributes["stack_outputs"]).value
+        operands, results = list(op.operands), list(op.results)
+        cond_block, body_block = op.regions[0].blocks[0], op.regions[1].blocks[0]
+        cond, body = _Plan(self, cond_block), _Plan(self, body_block)
+
+        def step(env):
+            carries, consts = [env[v] for v in operands[:n]], [env[v] for v in operands[n:]]
+            rows = []
+            while True:
+                (p,) = cond.run(env, [*carries, *consts], cond_block)
+                if not bool(p.item() if isinstance(p, torch.Tensor) else p):  # one read per iteration
+                    break
+                carries = body.run(env, [*carries, *consts], body_block)
+                if stacked:
+                    rows.append(carries)
+            if stacked:
+                rows = rows or [carries]
+                carries = [torch.stack([row[j] for row in rows]) for j in range(n)]
+            for r, v in zip(results, carries):
+                env[r] = v
+
+        return step
+
+    def _op_tidal_associative_scan(self, op):
+        k = ir.IntegerAttr(op.attributes["num_xs"]).value
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        if len(op.operands) != k or not K.elementwise_combine(op):
+            raise TidalUnsupported("GPU backend: associative_scan needs an elementwise combine without captured values", op.location)
+        xs_values, results = list(op.operands)[:k], list(op.results)
+        name = self._new_kernel_name("scan")
+        kernels: dict = {}
+
+        def launch(variant: str, block_t: int, block_c: int, grid, *args):
+            key = (variant, block_t, block_c)
+            if key not in kernels:
+                flags = {"scan": {}, "totals": {"store_y": False, "write_total": True},
+                         "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}[variant]
+                kernel = K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, **flags)
+                self.kernels.append(kernel)
+                kernels[key] = compile_kernel(kernel)
+            kernels[key][grid](*args)
+
+        def step(env):
+            xs = [env[v].movedim(dim, 0) for v in xs_values]
+            length = xs[0].shape[0]
+            rows = [x.reshape(length, -1).contiguous() for x in xs]
+            width = rows[0].shape[1]
+            outs = [torch.empty_like(r) for r in rows]
+            if length > 0 and width > 0:
+                block_c, block_t = _scan_blocks(width)
+                col_blocks = triton_cdiv(width, block_c)
+                # enough (column block, chunk) programs to fill the GPU: reduce-then-scan
+                chunk = max(4 * block_t, triton_cdiv(triton_cdiv(length, max(1, _PROGRAMS // col_blocks)), block_t) * block_t)
+                chunks = triton_cdiv(length, chunk)
+                if chunks == 1:
+                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
+                else:
+                    totals = [torch.empty(chunks, width, dtype=r.dtype, device=r.device) for r in rows]
+                    launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk, 0)
+                    scanned = [torch.empty_like(t) for t in totals]
+                    launch("scan_totals", block_t, block_c, (col_blocks, 1, 1), *totals, *scanned, chunks, width,
+                           triton_cdiv(chunks, block_t) * block_t, 0)
+                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
+                    launch("carried", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *outs, *scanned, length, width, chunk, 1)
+            for r, o, x in zip(results, outs, xs):
+                env[r] = o.reshape(x.shape).movedim(0, dim)
+
+        return step
+
+    def kernels_for_emit(self) -> list:
+        """Every kernel the program makes, for printing without a GPU (scan kernels at the block
+        sizes of the program's static shapes)."""
+        out = list(self.kernels)
+        for op in _walk(self.block):
+            if op.operation.name == "tidal.associative_scan" and K.elementwise_combine(op):
+                shape = list(_tensor_type(op.operands[0]).shape)
+                dim = ir.IntegerAttr(op.attributes["dim"]).value
+                width = 1
+                for i, s in enumerate(shape):
+                    if i != dim and s != _DYNAMIC:
+                        width *= s
+                block_c, block_t = _scan_blocks(width)
+                out.append(K.scan_kernel(op, self._new_kernel_name("scan"), block_t, block_c))
+        return out
+
+
+def _scalar_literal(text: str):
+    """`1.5 : f32`, `0xFF800000 : f32` (bit pattern), `3 : index`, `true` → a Python value."""
+    import struct
+
+    literal, _, ty = text.partition(" : ")
+    literal = literal.strip()
+    if literal in ("true", "false"):
+        return literal == "true"
+    if ty.startswith(("f", "bf")):
+        if literal.lower().startswith("0x"):
+            bits = int(literal, 16)
+            return struct.unpack("<d", struct.pack("<Q", bits))[0] if ty == "f64" else struct.unpack("<f", struct.pack("<I", bits))[0]
+        return float(literal)
+    return int(literal, 0)
+
+
+def _walk(block):
+    for op in block.operations:
+        yield op
+        for region in op.regions:
+            for b in region.blocks:
+                yield from _walk(b)
+
+
+_PROGRAMS = 4 * 132  # programs that fill an H100/H200 (132 SMs) a few times over
+
+
+def _scan_blocks(width: int) -> tuple[int, int]:
+    """(columns, rows) of a scan tile: about 1024 elements."""
+    block_c = min(triton_next_pow2(max(width, 1)), 64)
+    return block_c, max(1024 // block_c, 16)
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def triton_next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

@@ -1,0 +1,90 @@
+"""TTIR text → PTX/cubin with triton 3.6, through its full `make_ttir` pipeline.
+
+`triton.compile(path)` on a `.ttir` file skips the make_ttir passes (inliner, canonicalize,
+combine, CSE); a source object of the AST kind whose `make_ir` parses our text runs them all
+(FOUNDATION.md). Triton's cache is keyed by the source's hash, here the text and signature: a
+kernel compiled once (any process) is loaded from disk. No GPU is needed to compile for a target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import types
+
+from tidal.backends.gpu.ttir import Kernel
+
+DEFAULT_TARGET = ("cuda", 90)
+
+
+def _triton():
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:  # the GPU extra is not installed
+        from tidal.diagnostics import TidalUnsupported
+
+        raise TidalUnsupported("GPU backend: triton is not installed (pip install 'tidal[gpu]', triton==3.6.0)", None) from exc
+    from triton.backends.compiler import GPUTarget, Language
+    from triton.compiler.compiler import ASTSource
+    from triton.compiler.compiler import compile as triton_compile
+
+    return GPUTarget, Language, ASTSource, triton_compile
+
+
+def _source(kernel: Kernel):
+    _, Language, ASTSource, _ = _triton()
+    from triton._C.libtriton import ir as tir
+
+    class TextSource(ASTSource):
+        def __init__(self):  # noqa: D401  (ASTSource's constructor needs a Python function)
+            self.name, self.signature, self.text = kernel.name, dict(kernel.signature), kernel.text
+            self.language, self.ext, self.constants, self.attrs = Language.TRITON, "ttir", {}, {}
+            key = hashlib.sha256((self.text + repr(self.signature)).encode()).hexdigest()
+            self.fn = types.SimpleNamespace(cache_key=key, arg_names=list(self.signature), launch_metadata=None, __name__=self.name)
+
+        def hash(self):
+            return self.fn.cache_key
+
+        def make_ir(self, target, options, codegen_fns, module_map, context):
+            with tempfile.NamedTemporaryFile("w", suffix=".ttir", delete=False) as f:
+                f.write(self.text)
+            try:
+                module = tir.parse_mlir_module(f.name, context)
+            finally:
+                os.unlink(f.name)
+            module.context = context
+            return module
+
+    return TextSource()
+
+
+def parse_target(text: str) -> tuple[str, int]:
+    """`cuda:90` → ("cuda", 90)."""
+    backend, _, arch = text.partition(":")
+    if backend != "cuda" or not arch.isdigit():
+        raise ValueError(f"unknown target '{text}' (expected cuda:<sm>, e.g. cuda:90)")
+    return backend, int(arch)
+
+
+_compiled: dict[tuple[str, tuple], object] = {}
+
+
+def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None):
+    """The triton CompiledKernel of `kernel` for `target` (None: the current GPU)."""
+    GPUTarget, _, _, triton_compile = _triton()
+    key = (kernel.text, tuple(kernel.signature.items()), target, kernel.num_warps)
+    if key not in _compiled:
+        gpu_target = GPUTarget(target[0], target[1], 32) if target else None
+        try:
+            _compiled[key] = triton_compile(
+                _source(kernel), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
+            )
+        except RuntimeError as exc:
+            raise RuntimeError(f"triton could not compile kernel {kernel.name}:\n{kernel.text}") from exc
+    return _compiled[key]
+
+
+def kernel_asm(kernel: Kernel, stage: str, target: tuple[str, int] = DEFAULT_TARGET) -> str:
+    """`kernel` as text at `stage` (ttir: after make_ttir; ttgir; llir; ptx)."""
+    return compile_kernel(kernel, target).asm[stage]

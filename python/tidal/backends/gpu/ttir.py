@@ -1,0 +1,164 @@
+"""Triton IR text: a small builder for the core TTIR subset (FOUNDATION.md, "GPU: Triton IR text").
+
+tidal emits TTIR as text and lets triton 3.6 parse it (`triton_compile.py`): the two MLIR builds
+(torch-mlir's and Triton's) never share objects, only this text. Scalar element ops of a linalg
+body become the same arith/math ops on `tensor<BLOCK x T>` (TTIR uses the upstream arith and math
+dialects), printed in MLIR's generic form so that no op's custom syntax has to be reproduced;
+transcendental functions go to libdevice through `tt.extern_elementwise`, as `tl.math` does,
+because Triton's own `math.exp` is `ex2.approx` (eager CUDA uses accurate `expf`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidal.diagnostics import TidalUnsupported
+
+# MLIR element type -> Triton signature type of a pointer to it / of a scalar argument
+SIGNATURE_TYPES = {"f32": "fp32", "f64": "fp64", "f16": "fp16", "bf16": "bf16", "i64": "i64", "i32": "i32",
+                   "i16": "i16", "i8": "i8", "i1": "i1"}
+
+# libdevice names of math ops (f32: with the `f` suffix)
+_LIBDEVICE = {
+    "math.exp": "exp", "math.exp2": "exp2", "math.expm1": "expm1", "math.log": "log", "math.log2": "log2",
+    "math.log10": "log10", "math.log1p": "log1p", "math.tanh": "tanh", "math.sinh": "sinh", "math.cosh": "cosh",
+    "math.sin": "sin", "math.cos": "cos", "math.tan": "tan", "math.asin": "asin", "math.acos": "acos",
+    "math.atan": "atan", "math.atan2": "atan2", "math.asinh": "asinh", "math.acosh": "acosh",
+    "math.atanh": "atanh", "math.erf": "erf", "math.erfc": "erfc", "math.sqrt": "sqrt", "math.rsqrt": "rsqrt",
+    "math.powf": "pow", "math.cbrt": "cbrt", "math.round": "round", "math.roundeven": "rint",
+    "math.trunc": "trunc",
+}
+# ops printed as they are (generic form), element type unchanged or given by the op's result type
+_DIRECT = {
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.maximumf",
+    "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf", "arith.cmpi", "arith.select",
+    "arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi", "arith.remui",
+    "arith.floordivsi", "arith.ceildivsi", "arith.andi", "arith.ori", "arith.xori", "arith.shli", "arith.shrsi",
+    "arith.shrui", "arith.maxsi", "arith.minsi", "arith.maxui", "arith.minui", "arith.extf", "arith.truncf",
+    "arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui",
+    "arith.bitcast", "math.absf", "math.absi", "math.floor", "math.ceil", "math.fma",
+}
+
+
+def element_type(mlir_type) -> str:
+    """The TTIR element type of a scalar MLIR type (index is i64: offsets and counters)."""
+    text = str(mlir_type)
+    return "i64" if text == "index" else text
+
+
+def memory_type(elem: str) -> str:
+    return "i8" if elem == "i1" else elem
+
+
+def tensor_type(shape: tuple[int, ...], elem: str) -> str:
+    return f"tensor<{'x'.join(str(s) for s in shape)}x{elem}>" if shape else elem
+
+
+@dataclass
+class Kernel:
+    """A kernel's TTIR text and what a launch needs: the signature (argument name -> Triton type)
+    in argument order, and options (num_warps)."""
+
+    name: str
+    text: str
+    signature: dict[str, str]
+    num_warps: int = 4
+
+
+@dataclass
+class KernelBuilder:
+    name: str
+    args: list[tuple[str, str, str]] = field(default_factory=list)  # (ssa, mlir type, signature type)
+    lines: list[str] = field(default_factory=list)
+    indent: int = 2
+    _count: int = 0
+
+    def fresh(self) -> str:
+        self._count += 1
+        return f"%v{self._count}"
+
+    def pointer_arg(self, name: str, elem: str) -> str:
+        """A pointer argument; booleans live in memory as bytes (`*i1` at launch, i8 inside, as
+        Triton's own frontend stores them)."""
+        ssa = f"%{name}"
+        self.args.append((ssa, f"!tt.ptr<{memory_type(elem)}> {{tt.divisibility = 16 : i32}}", "*" + SIGNATURE_TYPES[elem]))
+        return ssa
+
+    def scalar_arg(self, name: str, elem: str = "i32") -> str:
+        ssa = f"%{name}"
+        self.args.append((ssa, elem, SIGNATURE_TYPES[elem]))
+        return ssa
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    def op(self, text: str, results: int = 1) -> str | list[str]:
+        """`%v = text` (or `%v:n = text`); returns the result name(s)."""
+        v = self.fresh()
+        self.emit(f"{v}{':' + str(results) if results > 1 else ''} = {text}")
+        return v if results == 1 else [f"{v}#{i}" for i in range(results)]
+
+    # -- common values ---------------------------------------------------------------------------
+
+    def const(self, value, elem: str, shape: tuple[int, ...] = ()) -> str:
+        if shape:
+            return self.op(f"arith.constant dense<{value}> : {tensor_type(shape, elem)}")
+        return self.op(f"arith.constant {value} : {elem}")
+
+    def splat(self, scalar: str, elem: str, shape: tuple[int, ...]) -> str:
+        return self.op(f"tt.splat {scalar} : {elem} -> {tensor_type(shape, elem)}")
+
+    def binary(self, name: str, a: str, b: str, ty: str) -> str:
+        return self.op(f"{name} {a}, {b} : {ty}")
+
+    def text(self) -> Kernel:
+        params = ", ".join(f"{ssa}: {ty}" for ssa, ty, _ in self.args)
+        body = "\n".join(self.lines)
+        text = f"module {{\n  tt.func public @{self.name}({params}) {{\n{body}\n    tt.return\n  }}\n}}\n"
+        signature = {ssa[1:]: sig for ssa, _, sig in self.args}
+        return Kernel(self.name, text, signature)
+
+
+def translate_op(b: KernelBuilder, op, operands: list[str], shape: tuple[int, ...]) -> list[str]:
+    """One scalar arith/math op of a linalg body (or a scan combine), applied to values of
+    `shape` (() for scalars): the TTIR names of its results."""
+    name = op.operation.name
+    result_elems = [element_type(r.type) for r in op.results]
+    operand_elems = [element_type(v.type) for v in op.operands]
+    result_types = [tensor_type(shape, e) for e in result_elems]
+    operand_types = [tensor_type(shape, e) for e in operand_elems]
+    if name == "arith.constant":
+        value = str(op.attributes["value"]).rsplit(" : ", 1)[0]
+        return [b.const(value, result_elems[0], shape)]
+    if name in ("arith.index_cast", "arith.index_castui"):
+        (src,), (dst,) = operand_elems, result_elems
+        if src == dst:
+            return list(operands)
+        width = lambda e: int(e[1:])  # noqa: E731
+        cast = "arith.trunci" if width(src) > width(dst) else ("arith.extsi" if name == "arith.index_cast" else "arith.extui")
+        return [b.op(f"{cast} {operands[0]} : {operand_types[0]} to {result_types[0]}")]
+    if name == "arith.negf":  # Triton has no lowering of negf; -0.0 - x flips the sign bit exactly
+        return [b.op(f"arith.subf {b.const('-0.000000e+00', result_elems[0], shape)}, {operands[0]} : {result_types[0]}")]
+    if name in _LIBDEVICE and result_elems[0] in ("f32", "f64"):
+        symbol = f"__nv_{_LIBDEVICE[name]}{'f' if result_elems[0] == 'f32' else ''}"
+        return [b.op(
+            f'tt.extern_elementwise {", ".join(operands)} {{libname = "", libpath = "", pure = true, symbol = "{symbol}"}}'
+            f' : ({", ".join(operand_types)}) -> {result_types[0]}'
+        )]
+    if name == "math.fpowi" and result_elems[0] in ("f32", "f64"):
+        # libdevice's powi takes an i32 exponent
+        exp = operands[1]
+        if operand_elems[1] != "i32":
+            exp = b.op(f"arith.trunci {exp} : {operand_types[1]} to {tensor_type(shape, 'i32')}")
+        symbol = "__nv_powif" if result_elems[0] == "f32" else "__nv_powi"
+        return [b.op(
+            f'tt.extern_elementwise {operands[0]}, {exp} {{libname = "", libpath = "", pure = true, symbol = "{symbol}"}}'
+            f" : ({operand_types[0]}, {tensor_type(shape, 'i32')}) -> {result_types[0]}"
+        )]
+    if name in _DIRECT:
+        attrs = op.attributes
+        attr_text = ", ".join(f"{k} = {attrs[k]}" for k in attrs)
+        text = f'"{name}"({", ".join(operands)})' + (f" {{{attr_text}}}" if attr_text else "")
+        text += f" : ({', '.join(operand_types)}) -> {result_types[0] if len(result_types) == 1 else '(' + ', '.join(result_types) + ')'}"
+        return [b.op(text)] if len(op.results) == 1 else b.op(text, len(op.results))
+    raise TidalUnsupported(f"GPU backend: '{name}' has no Triton lowering", op.location)
