@@ -174,8 +174,32 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
         os.makedirs(dump_dir, exist_ok=True)
         with open(os.path.join(dump_dir, "aten_graph.py"), "w") as f:
             f.write(gm.print_readable(print_output=False))
+    if device == "cuda":
+        _device_agnostic(gm)
     lowered = gpu_function if device == "cuda" else native_function
     return GraphProgram(lowered(import_graph_module(gm), dump_dir), plan)
+
+
+def _device_agnostic(gm) -> None:
+    """Where tensors live is the backend's business, not the IR's: the graph's `device=cuda`
+    arguments become the CPU that torch-mlir's lowerings know, and device moves become dtype
+    conversions (the GPU backend allocates every tensor on the device)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    def host(v):
+        return torch.device("cpu") if isinstance(v, torch.device) else v
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        node.args = pytree.tree_map(host, node.args)
+        node.kwargs = pytree.tree_map(host, node.kwargs)
+        if node.target is torch.ops.aten.to.device:  # (self, device, dtype, non_blocking, copy, memory_format)
+            node.target = torch.ops.aten.to.dtype
+            node.args = (node.args[0], *node.args[2:])
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
+    gm.recompile()
 
 
 def _pipeline_text(stage: str) -> str:

@@ -24,7 +24,7 @@ class ChunkedCE(torch.nn.Module):
             nll = -(logp * t).sum(-1)
             return loss_sum + nll.sum(), nll.clone()
 
-        total, per_token = scan(step, torch.zeros(()), (hs, ts))
+        total, per_token = scan(step, torch.zeros((), device=hs.device), (hs, ts))
         return total / n, per_token.reshape(n)
 
 

@@ -12,7 +12,7 @@ class MaskedAttentionScores(torch.nn.Module):
         q, k = x @ self.Wq, x @ self.Wk
         scores = q @ k.transpose(0, 1)
         n = x.shape[0]
-        causal = torch.ones(n, n).tril() > 0
+        causal = torch.ones(n, n, device=x.device).tril() > 0
 
         def masked(scores, causal):
             return torch.softmax(torch.where(causal, scores, torch.full_like(scores, -1e9)), dim=-1)

@@ -26,7 +26,7 @@ class Decoder(torch.nn.Module):
             h = torch.tanh(h @ self.Wh + nxt)
             return step + 1, h, logp_sum + logp.amax(-1), probs[:, self.stop_id].amax()
 
-        init = (torch.zeros((), dtype=torch.int64), h0, torch.zeros(h0.shape[0]), torch.zeros(()))
+        init = (torch.zeros((), dtype=torch.int64, device=h0.device), h0, torch.zeros(h0.shape[0], device=h0.device), torch.zeros((), device=h0.device))
         return while_loop(cond_fn, body_fn, init)
 
 

@@ -15,7 +15,7 @@ class GreedyDecoder(torch.nn.Module):
         self.max_len, self.stop = max_len, stop
 
     def forward(self, h0, first):
-        tokens = torch.full((self.max_len,), -1, dtype=torch.int64)
+        tokens = torch.full((self.max_len,), -1, dtype=torch.int64, device=h0.device)
 
         def cond_fn(i, tok, h, out):
             return (i < self.max_len) & (tok != self.stop)
@@ -26,7 +26,7 @@ class GreedyDecoder(torch.nn.Module):
             out = out.index_put((i.reshape(1),), tok.reshape(1))
             return i + 1, tok, h, out
 
-        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), first, h0, tokens))
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64, device=h0.device), first, h0, tokens))
 
 
 torch.manual_seed(0)

@@ -20,7 +20,7 @@ def damped_iteration(x, target):
 
         return it + 1, torch.cond(err > 0, overshoot, undershoot, (y, target))
 
-    return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+    return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64, device=x.device), x))
 
 
 torch.manual_seed(0)

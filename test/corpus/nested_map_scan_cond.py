@@ -23,7 +23,7 @@ class BatchedGatedRecurrence(torch.nn.Module):
                 h = torch.cond(x.mean() > 0, grow, decay, (h, x))
                 return h, h.sum().reshape(1)
 
-            return scan(step, torch.zeros(xs.shape[1]), xs)
+            return scan(step, torch.zeros(xs.shape[1], device=xs.device), xs)
 
         return map(per_sequence, seqs)
 

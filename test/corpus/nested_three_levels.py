@@ -19,7 +19,7 @@ def clipped_accumulate(xs, limit):
 
             return k + 1, torch.cond(v.abs().amax() > limit, big, small, (v, limit))
 
-        k, v = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x.clone()))
+        k, v = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64, device=x.device), x.clone()))
         acc = acc + v
         return acc, k.clone()
 

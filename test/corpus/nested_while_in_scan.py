@@ -23,7 +23,7 @@ class ImplicitRNN(torch.nn.Module):
                 z_new = torch.tanh(z @ W + x + 0.5 * h)
                 return z_new, (z_new - z).abs().amax(), k + 1
 
-            z, _, iters = while_loop(cond_fn, body_fn, (h.clone(), torch.ones(()), torch.zeros((), dtype=torch.int64)))
+            z, _, iters = while_loop(cond_fn, body_fn, (h.clone(), torch.ones((), device=h.device), torch.zeros((), dtype=torch.int64, device=h.device)))
             return z, iters.clone()
 
         return scan(step, h0, xs)

@@ -12,7 +12,7 @@ class S5Layer(torch.nn.Module):
 
     def forward(self, u):
         # u: [T, d_in]; a_t = exp(-softplus-ish decay) broadcast over time, b_t = u_t B
-        a = torch.exp(-torch.exp(self.log_decay)) * torch.ones(u.shape[0], 1)
+        a = torch.exp(-torch.exp(self.log_decay)) * torch.ones(u.shape[0], 1, device=u.device)
         b = u @ self.B
 
         def combine(left, right):

@@ -10,7 +10,7 @@ class EMA(torch.nn.Module):
 
     def forward(self, xs):
         alpha = torch.sigmoid(self.logit)
-        init = torch.zeros(xs.shape[0], xs.shape[2])
+        init = torch.zeros(xs.shape[0], xs.shape[2], device=xs.device)
 
         def step(m, x):
             m = alpha * m + (1 - alpha) * x

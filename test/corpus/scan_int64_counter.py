@@ -14,7 +14,7 @@ def count_crossings(xs, threshold):
         return (count, total, x.clone()), count.clone()
 
     d = xs.shape[1]
-    init = (torch.zeros(d, dtype=torch.int64), torch.zeros(d), torch.full((d,), -1e9))
+    init = (torch.zeros(d, dtype=torch.int64, device=xs.device), torch.zeros(d, device=xs.device), torch.full((d,), -1e9, device=xs.device))
     (count, total, _), counts = scan(step, init, xs)
     return count, total / xs.shape[0], counts
 

@@ -13,7 +13,7 @@ def running_stats(xs):
         return (s, m, n), (mean, m.clone(), x - mean)
 
     d = xs.shape[1:]
-    init = (torch.zeros(d), torch.full(d, -1e30), torch.zeros(d))
+    init = (torch.zeros(d, device=xs.device), torch.full(d, -1e30, device=xs.device), torch.zeros(d, device=xs.device))
     return scan(step, init, xs)
 
 

@@ -17,7 +17,7 @@ class Integrator(torch.nn.Module):
             t = t + self.dt
             return ((p, v), t), (p.clone(), (v * v).sum(-1))
 
-        return scan(step, ((pos, vel), torch.zeros(())), (force, mass))
+        return scan(step, ((pos, vel), torch.zeros((), device=pos.device)), (force, mass))
 
 
 torch.manual_seed(0)

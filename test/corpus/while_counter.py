@@ -15,7 +15,7 @@ def repeated_smoothing(x, n):
         y = 0.5 * y + 0.25 * (left + right)
         return i + 1, y
 
-    i, y = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+    i, y = while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64, device=x.device), x))
     return i, y
 
 

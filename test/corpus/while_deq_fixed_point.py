@@ -22,8 +22,8 @@ class DEQ(torch.nn.Module):
             z_new = torch.tanh(z @ self.W + inj)
             return z_new, (z_new - z).abs().amax(), it + 1
 
-        z0 = torch.zeros(x.shape[0], self.d)
-        z, res, it = while_loop(cond_fn, body_fn, (z0, torch.tensor(1.0), torch.tensor(0)))
+        z0 = torch.zeros(x.shape[0], self.d, device=x.device)
+        z, res, it = while_loop(cond_fn, body_fn, (z0, torch.tensor(1.0, device=x.device), torch.tensor(0, device=x.device)))
         return z, it
 
 

@@ -11,7 +11,7 @@ def newton_sqrt(a):
         return 0.5 * (y + a / y), it + 1
 
     y0 = a.clone() + 1.0
-    return while_loop(cond_fn, body_fn, (y0, torch.zeros((), dtype=torch.int64)))
+    return while_loop(cond_fn, body_fn, (y0, torch.zeros((), dtype=torch.int64, device=a.device)))
 
 
 torch.manual_seed(0)

@@ -22,7 +22,7 @@ class PowerIteration(torch.nn.Module):
             w = w / torch.sqrt((w * w).sum())
             return w, torch.sqrt(((w - v) ** 2).sum()), k + 1
 
-        v, delta, k = while_loop(cond_fn, body_fn, (v0, torch.tensor(1.0), torch.tensor(0)))
+        v, delta, k = while_loop(cond_fn, body_fn, (v0, torch.tensor(1.0, device=v0.device), torch.tensor(0, device=v0.device)))
         eig = (v * (A @ v)).sum()
         return eig, v, k
 
