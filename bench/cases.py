@@ -42,6 +42,10 @@ class Case:
     def row_params(self, quick: bool) -> dict:
         return {}
 
+    def rows_for(self, quick: bool, device: str) -> dict:
+        """The rows measured on `device` (most cases: the same everywhere)."""
+        return self.row_params(quick)
+
     def run_unit(self, ctx, unit):
         raise NotImplementedError
 
@@ -408,28 +412,34 @@ class AssociativeScan(Case):
     title = "Linear recurrence h_t = a_t h_{t-1} + b_t with associative_scan"
     description = (
         "16 channels, a, b of shape [T, 16] float32, combine ((a1, b1), (a2, b2)) -> (a1 a2, a2 b1 + b2), "
-        "combine_mode='generic' on the CPU ('pointwise' on cuda). Effective GB/s = bytes of a and b read "
-        "plus h written / time."
+        "combine_mode='generic' on the CPU; on cuda 'pointwise' for eager and Inductor (which need it) and "
+        "'generic' for tidal (one HOP either way). Effective GB/s = bytes of a and b read plus h written / time."
     )
     metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("gb_per_s", "GB/s", 1.0, "{:.2f}")]
     C = 16
 
-    def lengths(self, quick):
-        return [64, 256] if quick else [1024, 16384, 131072]
+    def lengths(self, quick, device="cpu"):
+        if quick:
+            return [64, 256]
+        return [1024, 65536, 1 << 20] if device == "cuda" else [1024, 16384, 131072]
 
-    def row_params(self, quick):
-        return {f"T={t}": {"T": t, "C": self.C} for t in self.lengths(quick)}
+    def row_params(self, quick, device="cpu"):
+        return {f"T={t}": {"T": t, "C": self.C} for t in self.lengths(quick, device)}
+
+    def rows_for(self, quick, device):
+        return self.row_params(quick, device)
 
     def units(self, quick, device):
-        return [_u(self.name, b, b, list(self.row_params(quick))) for b in BACKENDS]
+        return [_u(self.name, b, b, list(self.row_params(quick, device))) for b in BACKENDS]
 
     def run_unit(self, ctx, unit):
         import torch
 
         from harness import measure
 
-        program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
-        for row, p in self.row_params(ctx.quick).items():
+        cuda_eager_mode = ctx.device == "cuda" and unit["backend"] != "tidal"
+        program = linear_recurrence("pointwise" if cuda_eager_mode else "generic")
+        for row, p in self.row_params(ctx.quick, ctx.device).items():
             a, b = recurrence_inputs(p, ctx.device)
             with torch.no_grad():
                 ref = program(a, b)
@@ -656,7 +666,7 @@ class AssociativeScanTrain(AssociativeScan):
     metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("peak_mem_mb", "peak MB", 1.0, "{:.1f}")]
     ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
 
-    def lengths(self, quick):
+    def lengths(self, quick, device="cpu"):
         return [64, 256] if quick else [1024, 8192, 65536]
 
     def units(self, quick, device):
@@ -668,7 +678,7 @@ class AssociativeScanTrain(AssociativeScan):
         from harness import measure
 
         p = unit["params"]
-        program = linear_recurrence("pointwise" if ctx.device == "cuda" else "generic")
+        program = linear_recurrence("pointwise" if ctx.device == "cuda" and unit["backend"] != "tidal" else "generic")
         a, b = (t.requires_grad_() for t in recurrence_inputs(p, ctx.device))
 
         def step(fn, xs):

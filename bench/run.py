@@ -120,7 +120,7 @@ def format_case(name, case) -> str:
 
 def assemble(name, quick, device, cells) -> dict:
     c = cases_mod.CASES[name]
-    params = c.row_params(quick)
+    params = c.rows_for(quick, device)
     rows = []
     for label, p in params.items():
         row = {"label": label, "params": p, "cells": {col["key"]: {"status": "n/a"} for col in c.columns()}, "ratios": {}}

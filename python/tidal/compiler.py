@@ -190,16 +190,18 @@ def _device_agnostic(gm) -> None:
     def host(v):
         return torch.device("cpu") if isinstance(v, torch.device) else v
 
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        node.args = pytree.tree_map(host, node.args)
-        node.kwargs = pytree.tree_map(host, node.kwargs)
-        if node.target is torch.ops.aten.to.device:  # (self, device, dtype, non_blocking, copy, memory_format)
-            node.target = torch.ops.aten.to.dtype
-            node.args = (node.args[0], *node.args[2:])
-            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
-    gm.recompile()
+    # the control-flow HOPs' bodies are submodules of their own
+    for graph_module in [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]:
+        for node in graph_module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            node.args = pytree.tree_map(host, node.args)
+            node.kwargs = pytree.tree_map(host, node.kwargs)
+            if node.target is torch.ops.aten.to.device:  # (self, device, dtype, non_blocking, copy, memory_format)
+                node.target = torch.ops.aten.to.dtype
+                node.args = (node.args[0], *node.args[2:])
+                node.kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
+        graph_module.recompile()
 
 
 def _pipeline_text(stage: str) -> str:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton", reason="the GPU backend's compile tests need the gpu extra (triton==3.6.0)")
 
 from tidal.backends.gpu.triton_compile import kernel_asm  # noqa: E402
 from tidal.compiler import gpu_function  # noqa: E402
