@@ -658,8 +658,8 @@ class AssociativeScanTrain(AssociativeScan):
     name = "associative_scan_train"
     title = "Linear recurrence forward+backward with associative_scan: time and peak memory vs T"
     description = (
-        "h_t = a_t h_{t-1} + b_t over 16 channels via associative_scan (generic on the CPU, pointwise on "
-        "cuda), grad of sum(h) wrt a and b. tidal: results as the only residuals; the adjoint of this "
+        "h_t = a_t h_{t-1} + b_t over 16 channels via associative_scan (generic; on cuda pointwise for eager and "
+        "Inductor), grad of sum(h) wrt a and b. tidal: results as the only residuals; the adjoint of this "
         "elementwise combine is a reverse associative scan over per-element affine maps (O(T)); PyTorch's rule for the HOP builds a TxT matrix. Peak MB = extra "
         "peak RSS of one step (cuda: allocator peak)."
     )
