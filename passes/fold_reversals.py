@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import ops_named, tidal_pass
 
 # op name -> (stacked operands, stacked results) of a scan op
 _STACKED = {
@@ -80,13 +80,5 @@ def _fold(op) -> bool:
 
 @tidal_pass("tidal-fold-reversals", "Fold flip → scan → flip along the scanned dim into the scan's reverse flag")
 def fold_reversals(module_op):
-    found = []
-
-    def visit(op):
-        if op.name in _STACKED:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    for op in found:
+    for op in ops_named(module_op, _STACKED):
         _fold(op)

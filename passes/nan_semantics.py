@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from tidal.dialects.types import TensorSpec, tensor_spec
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import ops_named, tidal_pass
 
 _NAN_PROPAGATING = {
     # op: indices of the operands whose NaN must reach the result, as in eager PyTorch
@@ -33,15 +33,7 @@ def nan_semantics(module_op):
     other operand when an input is NaN; eager PyTorch returns NaN. Patching at the torch level
     keeps user-written comparisons (`torch.where(x > 0, x, y)`) untouched.
     """
-    found = []
-
-    def visit(op):
-        if op.name in _NAN_PROPAGATING:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    for op in found:
+    for op in ops_named(module_op, _NAN_PROPAGATING):
         result = op.results[0]
         spec = tensor_spec(result.type)
         if spec is None or not spec.dtype.startswith(("f", "bf")):

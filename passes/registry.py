@@ -63,3 +63,19 @@ def all_passes() -> list[TidalPass]:
 
 def all_pipelines() -> list[TidalPipeline]:
     return sorted(_PIPELINES.values(), key=lambda p: p.name)
+
+
+def ops_named(module_op, names) -> list:
+    """Every op in `module_op` (nested regions included) whose name is in `names`, collected
+    before a pass rewrites any of them."""
+    from torch_mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return found

@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def compile_file(path: str, emit: str) -> str:
-    from tidal.compiler import lower
+def _import_file(path: str):
     from tidal.importer import import_program
 
     if not os.path.isfile(path):
@@ -90,7 +89,13 @@ def compile_file(path: str, emit: str) -> str:
     model, inputs = load_program_file(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        prog = import_program(model, inputs)
+        return import_program(model, inputs)
+
+
+def compile_file(path: str, emit: str) -> str:
+    from tidal.compiler import lower
+
+    prog = _import_file(path)
     lower(prog.module, prog.context, emit)
     return str(prog.module)
 
@@ -102,19 +107,12 @@ def compile_file_for_gpu(path: str, emit: str, target: str) -> str:
     """The GPU backend's kernels of FILE.py at `emit` for `target`, one after another."""
     from tidal.backends.gpu.triton_compile import kernel_asm, parse_target
     from tidal.compiler import gpu_function
-    from tidal.importer import import_program
 
     try:
         parsed = parse_target(target)
     except ValueError as exc:
         raise TidalError(str(exc), None) from None
-    if not os.path.isfile(path):
-        raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
-    model, inputs = load_program_file(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        prog = import_program(model, inputs)
-    program = gpu_function(prog)
+    program = gpu_function(_import_file(path))
     parts = []
     for kernel in program.kernels_for_emit():
         parts.append(f"// kernel {kernel.name} ({emit}, {target})\n{kernel_asm(kernel, emit, parsed)}")

@@ -104,6 +104,16 @@ class _Addressing:
         self.b.emit(f"tt.store {ptrs}, {value}, {mask} : {tensor_type(self.shape, f'!tt.ptr<{mem}>')}")
 
 
+def _unflatten(b: KernelBuilder, flat: str, dims: list[int], sizes: list[str], shape: tuple[int, ...], index: dict) -> None:
+    """index[d] for each of `dims` (row-major, the last fastest) from flat positions `flat`."""
+    ty = tensor_type(shape, "i32")
+    rest = flat
+    for d in reversed(dims):
+        size = b.splat(sizes[d], "i32", shape)
+        index[d] = b.binary("arith.remsi", rest, size, ty)
+        rest = b.binary("arith.divsi", rest, size, ty)
+
+
 def _tensor_rank_and_elem(value) -> tuple[int, str]:
     t = ir.RankedTensorType(value.type)
     return t.rank, element_type(t.element_type)
@@ -219,11 +229,7 @@ def generic_kernel(op, name: str) -> GenericLaunch:
     idx = b.binary("arith.addi", b.splat(start, "i32", shape), b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}"), ity)
     mask = b.op(f"arith.cmpi slt, {idx}, {b.splat(total, 'i32', shape)} : {ity}")
     index: dict[int, str] = {}
-    rest = idx
-    for d in reversed(gen.parallel):
-        size = b.splat(sizes[d], "i32", shape)
-        index[d] = b.binary("arith.remsi", rest, size, ity)
-        rest = b.binary("arith.divsi", rest, size, ity)
+    _unflatten(b, idx, gen.parallel, sizes, shape, index)
 
     acc_init = [gen.load_operand(addr, init_args[j], gen.operand_dims[n_in + j], index, mask) if reads_init[j] else None
                 for j in range(len(gen.outs))]
@@ -340,11 +346,7 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
     lanes = spread(b.op(f"tt.make_range {{end = {block_r} : i32, start = 0 : i32}} : {tensor_type((block_r,), 'i32')}"), block_r, 0)
     row_ok = b.op(f"arith.cmpi slt, {rows}, {b.splat(rows_total, 'i32', tile)} : {ty}")
     index: dict[int, str] = {}
-    rest = rows
-    for d in reversed(gen.parallel):
-        size = b.splat(sizes[d], "i32", tile)
-        index[d] = b.binary("arith.remsi", rest, size, ty)
-        rest = b.binary("arith.divsi", rest, size, ty)
+    _unflatten(b, rows, gen.parallel, sizes, tile, index)
     begin = b.binary("arith.muli", pid_s, per_split, "i32")
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, per_split, 'i32')}, {red_total} : i32")
 
@@ -366,11 +368,7 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
     b.indent += 1
     r = b.binary("arith.addi", b.splat(iv, "i32", tile), lanes, ty)
     mask = b.binary("arith.andi", row_ok, b.op(f"arith.cmpi slt, {r}, {b.splat(end, 'i32', tile)} : {ty}"), tensor_type(tile, "i1"))
-    rest = r
-    for d in reversed(gen.reduction):
-        size = b.splat(sizes[d], "i32", tile)
-        index[d] = b.binary("arith.remsi", rest, size, ty)
-        rest = b.binary("arith.divsi", rest, size, ty)
+    _unflatten(b, r, gen.reduction, sizes, tile, index)
     values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask) for i in range(n_in)}
     out_args = [body.arguments[n_in + j] for j in range(len(gen.outs))]
     gen.run_body(addr, values, index, mask, tile, stop={c: None for c in combiners})

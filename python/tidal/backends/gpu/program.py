@@ -279,15 +279,14 @@ class GpuProgram:
         return lambda env: env.__setitem__(result, env[src].permute(perm))
 
     def _op_linalg_broadcast(self, op):
-        src, result = op.operands[0], op.results[0]
-        dims = self._static(op, "dimensions")
-        rank = _tensor_type(result).rank
+        src, init, result = op.operands[0], op.operands[1], op.results[0]
+        dims = sorted(self._static(op, "dimensions"))
 
         def step(env):
             t = env[src]
-            for d in dims:
+            for d in dims:  # the result's dims the input lacks
                 t = t.unsqueeze(d)
-            env[result] = t.expand(*[-1 if i not in dims else s for i, s in enumerate(env[op.operands[1]].shape)][:rank])
+            env[result] = t.expand(env[init].shape)
 
         return step
 
