@@ -3,10 +3,12 @@ launched on CUDA tensors by a host plan (`program.py`). The tensor-level prepara
 fusion) is `tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes their text,
 `triton_compile.py` compiles them (no GPU needed to compile for a target)."""
 
+import tidal.backends.blas  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
 from tidal.passes.registry import tidal_pipeline
 
 GPU_PREPARE = tidal_pipeline(
     "tidal-gpu-prepare",
     "linalg-level tidal IR → fused elementwise generics, ready for Triton kernels (GPU backend)",
-    "canonicalize, func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
+    "canonicalize, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
+    "canonicalize, cse",
 )
