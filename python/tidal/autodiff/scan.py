@@ -59,50 +59,6 @@ def _keeping_the_carry(body, num_carries):
     return step
 
 
-def _batched_step(body, n_c: int, n_x: int, n_w: int):
-    """The step applied to every step's (carry, x) at once (torch.vmap over dim 0), consts shared."""
-    in_dims = (0,) * (n_c + n_x) + (None,) * n_w
-
-    def batched(*args):
-        return flat(torch.vmap(lambda *a: tuple(flat(body(*a))), in_dims=in_dims)(*args))
-
-    return batched
-
-
-def _carry_only_adjoint(ctx, carries_in, xs, consts, g_final, g_ys, step_vjp):
-    """Only the carry's cotangent needs the sequential reverse scan. The cotangents of the xs and
-    consts are one VJP of the step batched over all T steps (their weight-gradient GEMMs become one
-    GEMM each), from the carries entering each step and the cotangents reaching each step's outputs
-    (the reverse scan stacks those). None when the step does not batch (torch.vmap refuses it)."""
-    n_c, n_x, n_w = ctx.counts
-    n_y = len(g_ys)
-    batched_vjp = vjp_fn(_batched_step(ctx.body, n_c, n_x, n_w), n_c + n_x + n_w, [m.dtype for m in ctx.metas])
-
-    def inputs_and_consts(*args):  # carries in, xs, consts, cotangents of carries out and ys
-        c, x, w, g = split_into_chunks(args, [n_c, n_x, n_w, n_c + n_y])
-        differentiate_wrt(*x, *w)
-        return list(batched_vjp(*c, *x, *w, *g))[n_c:]
-
-    example = [*carries_in, *xs, *consts, *carries_in, *g_ys]
-    try:
-        batched = trace_body(inputs_and_consts, example, [False] * len(example), ctx.keys)
-    except Exception:  # noqa: BLE001 - no batching rule for some op of the step: the scan form
-        return None
-
-    def adjoint_step(*args):
-        g_c, c_t, x_t, g_y, w = split_into_chunks(args, [n_c, n_c, n_x, n_y, n_w])
-        differentiate_wrt(*c_t)
-        g_c_prev = list(step_vjp(*c_t, *x_t, *w, *g_c, *g_y))[:n_c]
-        return (*g_c_prev, *[g.clone() for g in g_c])
-
-    steps = reversed_steps([*carries_in, *xs, *g_ys])
-    adjoint = trace_body(adjoint_step, [*g_final, *steps, *consts], [False] * n_c + [True] * len(steps) + [False] * n_w, ctx.keys)
-    outs = list(scan_op(adjoint, list(g_final), steps, list(consts)))
-    g_init, g_carries_out = outs[:n_c], reversed_steps(outs[n_c:])
-    g_xs_w = list(batched(*carries_in, *xs, *consts, *g_carries_out, *g_ys))
-    return g_init, g_xs_w[:n_x], g_xs_w[n_x:]
-
-
 class ScanVJP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, body, num_carries, num_xs, segment, *operands):
@@ -157,10 +113,7 @@ class ScanVJP(torch.autograd.Function):
             g_out, g_w, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, stacked, list(w))), [n_c, n_w, n_x])
             return g_out, g_w, reversed_steps(g_xs_rev)
 
-        carry_only = _carry_only_adjoint(ctx, carries_in, xs, consts, g_final, g_ys, step_vjp) if s == 1 else None
-        if carry_only is not None:
-            g_init, g_xs, g_w = carry_only
-        elif s == 1:
+        if s == 1:
             g_init, g_w, g_xs = reverse_scan(carries_in, xs, g_ys, init, consts)
         else:
             step = _keeping_the_carry(ctx.body, n_c)
