@@ -63,3 +63,24 @@ def test_tidal_compile_refuses_an_unknown_target():
     )
     assert done.returncode == 1
     assert "error: unknown target 'rocm:9' (expected cuda:<sm>, e.g. cuda:90)" in done.stderr
+
+
+def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line():
+    """A non-elementwise associative_scan combine has no GPU lowering yet: a TidalUnsupported
+    naming it and the user's line (under torch.compile: one fallback warning, or strict's error)."""
+    import torch
+    from torch._higher_order_ops import associative_scan
+
+    from tidal.diagnostics import TidalUnsupported
+
+    def products(m):
+        return associative_scan(lambda p, q: p @ q, m, dim=0, combine_mode="generic")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = import_program(products, (torch.randn(5, 2, 2),))
+    with pytest.raises(TidalUnsupported) as info:
+        gpu_function(prog)
+    message = info.value.format()
+    assert "associative_scan needs an elementwise combine" in message
+    assert "test_gpu_lowering.py:" in message
