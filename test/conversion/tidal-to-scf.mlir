@@ -25,16 +25,26 @@ func.func @cond(%p: tensor<i1>, %x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// Small carries travel in registers (a scalar, a vector), tensors again inside each region.
 // CHECK-LABEL: func.func @while
-// CHECK: %[[R:.*]]:2 = scf.while (%[[I:.*]] = %arg0, %[[X:.*]] = %arg1) : (tensor<i64>, tensor<3xf32>) -> (tensor<i64>, tensor<3xf32>) {
-// CHECK:   %[[LT:.*]] = "test.less"(%[[I]], %arg2)
+// CHECK: %[[I0:.*]] = tensor.extract %arg0[] : tensor<i64>
+// CHECK: %[[X0:.*]] = vector.transfer_read %arg1
+// CHECK: %[[R:.*]]:2 = scf.while (%[[I:.*]] = %[[I0]], %[[X:.*]] = %[[X0]]) : (i64, vector<3xf32>) -> (i64, vector<3xf32>) {
+// CHECK:   %[[TI:.*]] = tensor.from_elements %[[I]] : tensor<i64>
+// CHECK:   %[[LT:.*]] = "test.less"(%[[TI]], %arg2)
 // CHECK:   %[[B:.*]] = tensor.extract %[[LT]][] : tensor<i1>
-// CHECK:   scf.condition(%[[B]]) %[[I]], %[[X]] : tensor<i64>, tensor<3xf32>
+// CHECK:   scf.condition(%[[B]]) %[[I]], %[[X]] : i64, vector<3xf32>
 // CHECK: } do {
-// CHECK: ^bb0(%[[BI:.*]]: tensor<i64>, %[[BX:.*]]: tensor<3xf32>):
-// CHECK:   %[[INC:.*]] = "test.inc"(%[[BI]])
-// CHECK:   scf.yield %[[INC]], %[[BX]] : tensor<i64>, tensor<3xf32>
+// CHECK: ^bb0(%[[BI:.*]]: i64, %[[BX:.*]]: vector<3xf32>):
+// CHECK:   %[[TBI:.*]] = tensor.from_elements %[[BI]] : tensor<i64>
+// CHECK:   %[[TBX:.*]] = vector.transfer_write %[[BX]]
+// CHECK:   %[[INC:.*]] = "test.inc"(%[[TBI]])
+// CHECK:   %[[NI:.*]] = tensor.extract %[[INC]][] : tensor<i64>
+// CHECK:   %[[NX:.*]] = vector.transfer_read %[[TBX]]
+// CHECK:   scf.yield %[[NI]], %[[NX]] : i64, vector<3xf32>
 // CHECK: }
+// CHECK: tensor.from_elements %[[R]]#0 : tensor<i64>
+// CHECK: vector.transfer_write %[[R]]#1
 func.func @while(%i: tensor<i64>, %x: tensor<3xf32>, %n: tensor<i64>) -> (tensor<i64>, tensor<3xf32>) {
   %r:2 = "tidal.while"(%i, %x, %n) ({
   ^bb0(%ci: tensor<i64>, %cx: tensor<3xf32>, %cn: tensor<i64>):

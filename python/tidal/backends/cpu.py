@@ -29,7 +29,7 @@ BUFFERIZE = (
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, canonicalize, tidal-hide-contractions, "
+    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, "
     "tidal-fast-math, tidal-vectorize, canonicalize, "

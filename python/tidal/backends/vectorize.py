@@ -83,3 +83,35 @@ def vectorize(module_op):
         return
     script = ir.Module.parse(_SCRIPT)
     interpreter.apply_named_sequence(module_op, script.body.operations[0], script)
+
+
+@tidal_pass("tidal-scalarize-0d", "Compute 0-d elementwise linalg.generic ops on scalars (no 0-d buffers)")
+def scalarize_0d(module_op):
+    """A generic over 0-d tensors (a loop counter's `i + 1`, a predicate `i < n`) becomes its body's
+    scalar ops between `tensor.extract` and `tensor.from_elements`. Bufferized, each such op
+    allocates a one-element buffer, every loop iteration; as scalars, next to carries that travel
+    in registers (`tidal.while`'s lowering), the extract/from_elements pairs fold away."""
+    from torch_mlir.dialects import tensor
+
+    from tidal.passes.registry import ops_named
+
+    for op in ops_named(module_op, ("linalg.generic",)):
+        values = [*op.operands, *op.results]
+        if len(op.attributes["iterator_types"]) or not all(
+            isinstance(v.type, ir.RankedTensorType) and v.type.rank == 0 for v in values
+        ):
+            continue
+        body = op.regions[0].blocks[0]
+        if any(inner.name == "linalg.index" for inner in body.operations):
+            continue
+        with ir.InsertionPoint(op), op.location:
+            for arg, v in zip(body.arguments, op.operands):
+                if list(arg.uses):
+                    arg.replace_all_uses_with(tensor.extract(v, []))
+            *inner_ops, terminator = list(body.operations)
+            for inner in inner_ops:
+                inner.move_before(op)
+            results = [tensor.from_elements(r.type, [v]) for r, v in zip(op.results, terminator.operands)]
+        for old, new in zip(op.results, results):
+            old.replace_all_uses_with(new)
+        op.erase()
