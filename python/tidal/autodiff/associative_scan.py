@@ -10,8 +10,9 @@ Two forms of the adjoint, chosen per combine:
   recurrence, logaddexp, max): each element's Jacobian J_lhs is a small k×k matrix (k operands),
   computed for all steps at once by k VJPs of the combine applied to whole [T-1, ...] tensors. The
   recurrence G_t = ȳ_t + J_tᵀ G_{t+1} is then itself a reverse associative scan over affine maps
-  (Aₜ, bₜ) = (J_tᵀ, ȳ_t), composed as (A_r A_l, b_r + A_r b_l): parallel over T (blocked on CPU
-  threads, `tt.scan` on a GPU) instead of T dependent VJP calls. x̄ and the consts' cotangents are
+  (Aₜ, bₜ) = (J_tᵀ, ȳ_t), composed as (A_r A_l, b_r + A_r b_l): parallel over T (`tt.scan` on a
+  GPU; on the CPU the vectorized loop, as for any memory-bound elementwise scan) instead of T
+  dependent VJP calls. x̄ and the consts' cotangents are
   one more whole-tensor VJP at the G_t.
 - any other combine (a matrix product, a reduction inside): a reverse sequential scan over
   t = T-1 … 1 of the combine's VJP at (y_{t-1}, x_t).

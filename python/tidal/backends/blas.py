@@ -9,6 +9,7 @@ loops.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from torch_mlir import ir
@@ -136,6 +137,7 @@ def matmul_to_blas(module_op):
 # in the placeholder's place (with whatever operands fusion left it).
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat", "linalg.dot")
 _hidden: dict[int, tuple] = {}
+_hidden_ids = itertools.count(1)
 _HIDDEN_ATTR = "tidal.hidden_contractions"
 
 
@@ -157,9 +159,7 @@ def hide_contractions(module_op):
                 old.replace_all_uses_with(new)
             op.move_before(anchor)
             pairs.append((op, placeholder))
-        key = len(_hidden) + 1
-        while key in _hidden:
-            key += 1
+        key = next(_hidden_ids)
         _hidden[key] = (holder, anchor, pairs)
         module_op.attributes[_HIDDEN_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), key)
 

@@ -50,19 +50,13 @@ def _map_dims(affine_map) -> list[int | None]:
 
 
 def _defined_inside(value, region_op) -> bool:
+    """`value` is defined in `region_op`'s regions (a result of a nested op, or a block argument)."""
     owner = value.owner
-    while not isinstance(owner, ir.Block):
-        parent = owner.parent
-        if parent is None:
-            return False
-        if parent == region_op:
+    op = owner.owner if isinstance(owner, ir.Block) else owner.parent
+    while op is not None:
+        if op == region_op:
             return True
-        owner = parent
-    block_owner = owner.owner
-    while block_owner is not None:
-        if block_owner == region_op:
-            return True
-        block_owner = block_owner.parent
+        op = op.parent
     return False
 
 
@@ -119,7 +113,7 @@ def _tensor_rank_and_elem(value) -> tuple[int, str]:
     return t.rank, element_type(t.element_type)
 
 
-class _Generic:
+class GenericBody:
     """One linalg.generic's kernel arguments and body, emitted on tiles of `shape`."""
 
     def __init__(self, op, name: str):
@@ -211,7 +205,7 @@ class _Generic:
 def generic_kernel(op, name: str) -> GenericLaunch:
     """Parallel dims flattened over programs of BLOCK elements; reduction dims as `scf.for` loops
     in each lane (any body: argmax, norms, ...)."""
-    gen = _Generic(op, name)
+    gen = GenericBody(op, name)
     b, n_in, body = gen.b, len(gen.ins), gen.body
     reads_init = [bool(gen.reduction) or len(list(body.arguments[n_in + j].uses)) > 0 for j in range(len(gen.outs))]
     block = REDUCTION_BLOCK if gen.reduction else ELEMENTWISE_BLOCK
@@ -315,12 +309,12 @@ def split_combiners(op):
     return combiners
 
 
-def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[Kernel, _Generic]:
+def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[Kernel, GenericBody]:
     """Program (i, s) reduces rows [i·BP, (i+1)·BP) over its split s of the flattened reduction
     dims, in tiles [BP, BR] (`tt.reduce` along the tile's reduction axis, masked lanes holding the
     identity), and writes its partial to part_j[row, s]; the host folds the S partials and the
     initial value (ATen, same stream)."""
-    gen = _Generic(op, name)
+    gen = GenericBody(op, name)
     combiners = split_combiners(op)
     b, n_in, body = gen.b, len(gen.ins), gen.body
     tile = (block_p, block_r)

@@ -47,10 +47,7 @@ class _Plan:
             if op.operation.name in ("tidal.yield", "linalg.yield", "func.return", "scf.yield"):
                 self.yielded = list(op.operands)
                 continue
-            handler = getattr(program, "_op_" + op.operation.name.replace(".", "_"), None)
-            if handler is None:
-                raise TidalUnsupported(f"GPU backend: '{op.operation.name}' is not supported yet", op.location)
-            self.steps.append(handler(op))
+            self.steps.append(program.step_for(op))
 
     def run(self, env: dict, args: list | None = None, block: ir.Block | None = None) -> list:
         if args is not None:
@@ -76,7 +73,7 @@ class GpuProgram:
         func = next(op for op in module.body.operations if op.operation.name == "func.func"
                     and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
         self.block = func.regions[0].blocks[0]
-        self.kernels: list = []  # (name, Kernel) in the order they were made: what --emit prints
+        self.kernels: list = []  # every Kernel made, in order: what --emit prints
         self.plan = _Plan(self, self.block)
 
     def __call__(self, *tensors):
@@ -98,9 +95,11 @@ class GpuProgram:
     def _static(op, name):
         return list(ir.DenseI64ArrayAttr(op.attributes[name]))
 
-    def _mixed(self, op, name, dynamic_values, env):
+    @staticmethod
+    def _mixed(static, dynamic_values, env):
+        """Static offsets/sizes/strides with the dynamic ones read from `env`."""
         dyn = iter(dynamic_values)
-        return [int(env[next(dyn)]) if v == _DYNAMIC else v for v in self._static(op, name)]
+        return [int(env[next(dyn)]) if v == _DYNAMIC else v for v in static]
 
     def _constant_array(self, attr, value):
         import numpy as np
@@ -160,15 +159,15 @@ class GpuProgram:
         operands = [*ins, *outs]
         combiners = K.split_combiners(op)
         folds = [K.COMBINERS[c.operation.name][1:] for c in combiners]
-        probe = K._Generic(op, "probe")
+        probe = K.GenericBody(op, "probe")
         parallel, reduction, dim_sources = probe.parallel, probe.reduction, probe.dim_sources()
         captured, captured_scalar = probe.captured, probe.captured_scalar
         name = self._new_kernel_name("reduce")
         kernels: dict = {}
 
         def blocks(rows: int, red: int) -> tuple[int, int]:
-            block_r = min(triton_next_pow2(max(red, 1)), 1024)
-            return min(max(1, 2048 // block_r), triton_next_pow2(max(rows, 1))), block_r
+            block_r = min(_next_pow2(max(red, 1)), 1024)
+            return min(max(1, 2048 // block_r), _next_pow2(max(rows, 1))), block_r
 
         def kernel_for(key):
             if key not in kernels:
@@ -190,17 +189,12 @@ class GpuProgram:
             entry = kernel_for(key)
             if entry[1] is None:
                 entry[1] = compile_kernel(entry[0])
-            programs_p = triton_cdiv(rows, key[0])
-            splits = max(1, min(triton_cdiv(red, key[1]), triton_cdiv(4 * 132, programs_p)))
-            per_split = triton_cdiv(triton_cdiv(red, splits), key[1]) * key[1]
-            splits = max(1, triton_cdiv(red, per_split))
+            programs_p = _cdiv(rows, key[0])
+            splits = max(1, min(_cdiv(red, key[1]), _cdiv(_PROGRAMS, programs_p)))
+            per_split = _cdiv(_cdiv(red, splits), key[1]) * key[1]
+            splits = max(1, _cdiv(red, per_split))
             parts = [torch.empty(rows, splits, dtype=env[o].dtype, device=env[o].device) for o in outs]
-            args = []
-            for t in tensors[: len(ins)]:
-                args += [t, *t.stride()]
-            for v, scalar in zip(captured, captured_scalar):
-                t = env[v]
-                args += [t.item() if isinstance(t, torch.Tensor) else t] if scalar else [t, *t.stride()]
+            args = _operand_args(tensors[: len(ins)], captured, captured_scalar, env)
             args += [*parts, *sizes, rows, red, per_split, splits]
             if rows > 0 and red > 0:
                 entry[1][(programs_p, splits, 1)](*args)
@@ -232,27 +226,17 @@ class GpuProgram:
             tensors = [env[v] for v in operands]
             sizes = [tensors[k].shape[r] for k, r in launch.dim_sources]
             res = [torch.empty(env[o].shape, dtype=env[o].dtype, device=env[o].device) for o in outs]
-            args = []
-            for t in tensors[: len(ins)]:
-                args += [t, *t.stride()]
-            for v, scalar in zip(launch.captured, launch.captured_scalar):
-                t = env[v]
-                if scalar:
-                    args.append(t.item() if isinstance(t, torch.Tensor) else t)
-                else:
-                    args += [t, *t.stride()]
+            args = _operand_args(tensors[: len(ins)], launch.captured, launch.captured_scalar, env)
             for j, reads in enumerate(launch.reads_init):
                 if reads:
                     t = tensors[len(ins) + j]
                     args += [t, *t.stride()]
             for r in res:
                 args += [r, *r.stride()]
-            numel = 1
-            for d in launch.parallel_dims:
-                numel *= sizes[d]
+            numel = _prod(sizes[d] for d in launch.parallel_dims)
             args += [*sizes, numel]
             if numel > 0:
-                compiled[(triton_cdiv(numel, block), 1, 1)](*args)
+                compiled[(_cdiv(numel, block), 1, 1)](*args)
             for r, t in zip(results, res):
                 env[r] = t
 
@@ -319,37 +303,41 @@ class GpuProgram:
         return lambda env: env.__setitem__(result, env[src])
 
     def _slice_parts(self, op, first_dynamic: int):
-        """(offsets, sizes, strides) operand groups of an extract/insert_slice."""
-        ops = list(op.operands)[first_dynamic:]
-        counts = [sum(1 for v in self._static(op, n) if v == _DYNAMIC) for n in ("static_offsets", "static_sizes", "static_strides")]
-        return ops[: counts[0]], ops[counts[0] : counts[0] + counts[1]], ops[counts[0] + counts[1] :]
+        """Per group (offsets, sizes, strides) of an extract/insert_slice: its static values (read
+        once, not per call) and its dynamic operands."""
+        dynamic = list(op.operands)[first_dynamic:]
+        parts = []
+        for name in ("static_offsets", "static_sizes", "static_strides"):
+            static = self._static(op, name)
+            count = sum(1 for v in static if v == _DYNAMIC)
+            parts.append((static, dynamic[:count]))
+            dynamic = dynamic[count:]
+        return parts
+
+    def _slices_of(self, parts, env):
+        return _slices(*[self._mixed(static, dyn, env) for static, dyn in parts])
 
     def _op_tensor_extract_slice(self, op):
         src, result = op.operands[0], op.results[0]
-        d_off, d_size, d_stride = self._slice_parts(op, 1)
-        rank = _tensor_type(result).rank
+        parts = self._slice_parts(op, 1)
+        result_shape = list(_tensor_type(result).shape)
 
         def step(env):
-            offsets = self._mixed(op, "static_offsets", d_off, env)
-            sizes = self._mixed(op, "static_sizes", d_size, env)
-            strides = self._mixed(op, "static_strides", d_stride, env)
-            view = env[src][_slices(offsets, sizes, strides)]
-            if view.dim() != rank:  # rank-reducing: drop the unit dims the result lacks
-                view = view.reshape(self._shape(result, [], env) if _DYNAMIC not in _tensor_type(result).shape else [s for s in sizes if s != 1])
+            view = env[src][self._slices_of(parts, env)]
+            if view.dim() != len(result_shape):  # rank-reducing: drop the unit dims the result lacks
+                sizes = self._mixed(*parts[1], env)
+                view = view.reshape(result_shape if _DYNAMIC not in result_shape else [s for s in sizes if s != 1])
             env[result] = view
 
         return step
 
     def _op_tensor_insert_slice(self, op):
         src, dest, result = op.operands[0], op.operands[1], op.results[0]
-        d_off, d_size, d_stride = self._slice_parts(op, 2)
+        parts = self._slice_parts(op, 2)
 
         def step(env):
-            offsets = self._mixed(op, "static_offsets", d_off, env)
-            sizes = self._mixed(op, "static_sizes", d_size, env)
-            strides = self._mixed(op, "static_strides", d_stride, env)
             out = env[dest].clone()
-            view = out[_slices(offsets, sizes, strides)]
+            view = out[self._slices_of(parts, env)]
             view.copy_(env[src].reshape(view.shape))
             env[result] = out
 
@@ -443,33 +431,34 @@ class GpuProgram:
                 "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
     _FPREDICATES = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne", 8: "eq", 9: "gt", 10: "ge", 11: "lt", 12: "le", 13: "ne"}
 
-    def __getattr__(self, name):
-        if name.startswith("_op_arith_"):
-            op_name = "arith." + name[len("_op_arith_"):]
-            if op_name in self._SCALAR:
-                fn = self._SCALAR[op_name]
+    def _scalar_op(self, op):
+        fn = self._SCALAR[op.operation.name]
+        operands, result = list(op.operands), op.results[0]
+        if any(isinstance(v.type, ir.RankedTensorType) for v in operands):
+            raise TidalUnsupported(f"GPU backend: '{op.operation.name}' on tensors outside linalg", op.location)
+        return lambda env: env.__setitem__(result, fn(*[env[v] for v in operands]))
 
-                def handler(op, fn=fn):
-                    operands, result = list(op.operands), op.results[0]
-                    if any(isinstance(v.type, ir.RankedTensorType) for v in operands):
-                        raise TidalUnsupported(f"GPU backend: '{op.operation.name}' on tensors outside linalg", op.location)
-                    return lambda env: env.__setitem__(result, fn(*[env[v] for v in operands]))
+    def _compare(self, op):
+        pred = ir.IntegerAttr(op.attributes["predicate"]).value
+        table = self._PREDICATES if op.operation.name == "arith.cmpi" else self._FPREDICATES
+        kind = table.get(pred)
+        if kind is None:
+            raise TidalUnsupported(f"GPU backend: predicate {pred} of '{op.operation.name}' on the host", op.location)
+        fn = self._COMPARE[kind.lstrip("su") if kind not in ("eq", "ne") else kind]
+        a, b, result = op.operands[0], op.operands[1], op.results[0]
+        return lambda env: env.__setitem__(result, fn(env[a], env[b]))
 
-                return handler
-            if op_name in ("arith.cmpi", "arith.cmpf"):
-
-                def compare(op):
-                    pred = ir.IntegerAttr(op.attributes["predicate"]).value
-                    table = self._PREDICATES if op.operation.name == "arith.cmpi" else self._FPREDICATES
-                    kind = table.get(pred)
-                    if kind is None:
-                        raise TidalUnsupported(f"GPU backend: predicate {pred} of '{op.operation.name}' on the host", op.location)
-                    fn = self._COMPARE[kind.lstrip("su") if kind not in ("eq", "ne") else kind]
-                    a, b, result = op.operands[0], op.operands[1], op.results[0]
-                    return lambda env: env.__setitem__(result, fn(env[a], env[b]))
-
-                return compare
-        raise AttributeError(name)
+    def step_for(self, op):
+        """The step running `op` on the host (kernels, ATen calls, host scalar arithmetic)."""
+        name = op.operation.name
+        handler = getattr(self, "_op_" + name.replace(".", "_"), None)
+        if handler is not None:
+            return handler(op)
+        if name in self._SCALAR:
+            return self._scalar_op(op)
+        if name in ("arith.cmpi", "arith.cmpf"):
+            return self._compare(op)
+        raise TidalUnsupported(f"GPU backend: '{name}' is not supported yet", op.location)
 
     # -- control flow ----------------------------------------------------------------------------------
 
@@ -495,12 +484,17 @@ class GpuProgram:
         block = op.regions[0].blocks[0]
         body = _Plan(self, block)
 
+        if any(s == _DYNAMIC for r in results[n:] for i, s in enumerate(_tensor_type(r).shape) if i != dim):
+            raise TidalUnsupported("GPU backend: a scan whose stacked outputs have dynamic inner dims", op.location)
+        stacked = [(list(_tensor_type(r).shape), _dtype(r)) for r in results[n:]]
+
         def step(env):
             carries = [env[v] for v in operands[:n]]
             xs = [env[v] for v in operands[n : n + k]]
             consts = [env[v] for v in operands[n + k :]]
             length = xs[0].shape[dim]
-            ys = [torch.empty(env_shape(r, length, dim), dtype=_dtype(r), device="cuda") for r in results[n:]]
+            ys = [torch.empty([length if i == dim else s for i, s in enumerate(shape)], dtype=dtype, device="cuda")
+                  for shape, dtype in stacked]
             for i in range(length):
                 t = length - 1 - i if reverse else i
                 outs = body.run(env, [*carries, *[x.select(dim, t) for x in xs], *consts], block)
@@ -510,13 +504,6 @@ class GpuProgram:
             for r, v in zip(results, [*carries, *ys]):
                 env[r] = v
 
-        def env_shape(r, length, dim):
-            shape = list(_tensor_type(r).shape)
-            shape[dim] = length
-            return shape
-
-        if any(s == _DYNAMIC for r in results[n:] for i, s in enumerate(_tensor_type(r).shape) if i != dim):
-            raise TidalUnsupported("GPU backend: a scan whose stacked outputs have dynamic inner dims", op.location)
         return step
 
     def _op_tidal_map(self, op):
@@ -567,15 +554,26 @@ class GpuProgram:
         name = self._new_kernel_name("scan")
         kernels: dict = {}
 
-        def launch(variant: str, block_t: int, block_c: int, grid, *args):
+        def kernel_for(variant: str, block_t: int, block_c: int):
             key = (variant, block_t, block_c)
             if key not in kernels:
                 flags = {"scan": {}, "totals": {"store_y": False, "write_total": True},
                          "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}[variant]
                 kernel = K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, **flags)
                 self.kernels.append(kernel)
-                kernels[key] = compile_kernel(kernel)
-            kernels[key][grid](*args)
+                kernels[key] = [kernel, None]
+            return kernels[key]
+
+        def launch(variant: str, block_t: int, block_c: int, grid, *args):
+            entry = kernel_for(variant, block_t, block_c)
+            if entry[1] is None:
+                entry[1] = compile_kernel(entry[0])
+            entry[1][grid](*args)
+
+        shape = list(_tensor_type(xs_values[0]).shape)
+        if _DYNAMIC not in shape:  # build the kernel now: --emit shows it
+            block_c, block_t = _scan_blocks(_prod(s for i, s in enumerate(shape) if i != dim))
+            kernel_for("scan", block_t, block_c)
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
@@ -585,10 +583,10 @@ class GpuProgram:
             outs = [torch.empty_like(r) for r in rows]
             if length > 0 and width > 0:
                 block_c, block_t = _scan_blocks(width)
-                col_blocks = triton_cdiv(width, block_c)
+                col_blocks = _cdiv(width, block_c)
                 # enough (column block, chunk) programs to fill the GPU: reduce-then-scan
-                chunk = max(4 * block_t, triton_cdiv(triton_cdiv(length, max(1, _PROGRAMS // col_blocks)), block_t) * block_t)
-                chunks = triton_cdiv(length, chunk)
+                chunk = max(4 * block_t, _cdiv(_cdiv(length, max(1, _PROGRAMS // col_blocks)), block_t) * block_t)
+                chunks = _cdiv(length, chunk)
                 if chunks == 1:
                     launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
                 else:
@@ -596,7 +594,7 @@ class GpuProgram:
                     launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk, 0)
                     scanned = [torch.empty_like(t) for t in totals]
                     launch("scan_totals", block_t, block_c, (col_blocks, 1, 1), *totals, *scanned, chunks, width,
-                           triton_cdiv(chunks, block_t) * block_t, 0)
+                           _cdiv(chunks, block_t) * block_t, 0)
                     launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
                     launch("carried", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *outs, *scanned, length, width, chunk, 1)
             for r, o, x in zip(results, outs, xs):
@@ -605,20 +603,21 @@ class GpuProgram:
         return step
 
     def kernels_for_emit(self) -> list:
-        """Every kernel the program makes, for printing without a GPU (scan kernels at the block
-        sizes of the program's static shapes)."""
-        out = list(self.kernels)
-        for op in _walk(self.block):
-            if op.operation.name == "tidal.associative_scan" and K.elementwise_combine(op):
-                shape = list(_tensor_type(op.operands[0]).shape)
-                dim = ir.IntegerAttr(op.attributes["dim"]).value
-                width = 1
-                for i, s in enumerate(shape):
-                    if i != dim and s != _DYNAMIC:
-                        width *= s
-                block_c, block_t = _scan_blocks(width)
-                out.append(K.scan_kernel(op, self._new_kernel_name("scan"), block_t, block_c))
-        return out
+        """Every kernel the program makes, for printing without a GPU (those that depend on sizes:
+        at the program's static shapes)."""
+        return list(self.kernels)
+
+
+def _operand_args(inputs, captured, captured_scalar, env) -> list:
+    """Kernel arguments of a generic's inputs and of the values its body reads from above: each
+    tensor as its pointer and strides, each scalar as a Python number."""
+    args = []
+    for t in inputs:
+        args += [t, *t.stride()]
+    for v, scalar in zip(captured, captured_scalar):
+        t = env[v]
+        args += [t.item() if isinstance(t, torch.Tensor) else t] if scalar else [t, *t.stride()]
+    return args
 
 
 def _scalar_literal(text: str):
@@ -637,20 +636,12 @@ def _scalar_literal(text: str):
     return int(literal, 0)
 
 
-def _walk(block):
-    for op in block.operations:
-        yield op
-        for region in op.regions:
-            for b in region.blocks:
-                yield from _walk(b)
-
-
 _PROGRAMS = 4 * 132  # programs that fill an H100/H200 (132 SMs) a few times over
 
 
 def _scan_blocks(width: int) -> tuple[int, int]:
     """(columns, rows) of a scan tile: about 1024 elements."""
-    block_c = min(triton_next_pow2(max(width, 1)), 64)
+    block_c = min(_next_pow2(max(width, 1)), 64)
     return block_c, max(1024 // block_c, 16)
 
 
@@ -661,11 +652,11 @@ def _prod(values) -> int:
     return out
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def triton_next_pow2(n: int) -> int:
+def _next_pow2(n: int) -> int:
     p = 1
     while p < n:
         p *= 2
