@@ -14,6 +14,7 @@ from torch._higher_order_ops import associative_scan, map as hop_map, scan, whil
 
 from loop_reference import python_loops
 from tidal.tools.tidal_compile import load_program_file
+from tidal.autodiff import training_ir
 
 STRICT = {"fallback": "error"}
 CORPUS = Path(__file__).parents[1] / "corpus"
@@ -279,10 +280,18 @@ def test_double_backward_is_refused_clearly():
 
 
 def _forward_residual_bytes(compiled_graphs, user_outputs: int) -> int:
-    """Bytes the compiled forward returns beyond the user's outputs: what is kept for backward."""
+    """Bytes the compiled forward returns beyond the user's outputs: what is kept for backward
+    (a residual that is one of the user's outputs under another name costs nothing)."""
     fw = compiled_graphs[0]
     (out,) = [n for n in fw.graph.nodes if n.op == "output"]
-    residuals = [r for r in out.args[0][user_outputs:] if isinstance(r, torch.fx.Node)]
+
+    def root(n):
+        while isinstance(n, torch.fx.Node) and n.target is torch.ops.aten.alias.default:
+            n = n.args[0]
+        return n
+
+    outputs = {root(o) for o in out.args[0][:user_outputs]}
+    residuals = [r for r in out.args[0][user_outputs:] if isinstance(r, torch.fx.Node) and root(r) not in outputs]
     vals = [r.meta["val"] for r in residuals if isinstance(r.meta.get("val"), torch.Tensor)]
     return sum(v.numel() * v.element_size() for v in vals)
 
@@ -360,7 +369,8 @@ def test_checkpoint_block_applies_to_its_own_scan_only(compiled_graphs):
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     carry = 4 * 8 * 4
     kept = (64 // 8 + 64) * carry
-    assert kept <= _forward_residual_bytes(compiled_graphs, 2) <= kept + 2 * xs.numel() * 4 + 2 * 8 * 8 * 4
+    final_carries = 2 * carry  # the adjoint reads each step's new carry: the next one's entering carry, or the final one
+    assert kept <= _forward_residual_bytes(compiled_graphs, 2) <= kept + final_carries + 2 * xs.numel() * 4 + 2 * 8 * 8 * 4
 
 
 @pytest.mark.parametrize("value", [0, -2, 2.5, "four", True])
@@ -410,3 +420,57 @@ def test_a_rule_refusing_a_graph_gives_one_fallback_warning_and_eager_gradients(
     torch._dynamo.reset()
     with pytest.raises(TidalCompileError, match="the map rule refuses this graph"):
         torch.compile(per_row, backend="tidal", options=STRICT)(xs, w)
+
+
+def gated(h0, xs, w, u, v):
+    def step(h, x):
+        h = torch.tanh(x @ w + h @ u) * torch.sigmoid(h @ v)
+        return h, h.clone()
+
+    return scan(step, h0, xs)
+
+
+def test_scan_adjoint_repeats_no_forward_contraction():
+    """The adjoint keeps the step's values whose recomputation would repeat a matmul (the gates
+    here; the new carry comes free as the next entering one) instead of running the forward again:
+    its body has the backward's six matmuls, not those plus the forward's three."""
+    gen = torch.Generator().manual_seed(4)
+    h0 = torch.zeros(4, 8)
+    xs = torch.randn(12, 4, 8, generator=gen).requires_grad_()
+    w, u, v = [(torch.randn(8, 8, generator=gen) * 0.3).requires_grad_() for _ in range(3)]
+    _, backward_ir = training_ir(gated, h0, xs, w, u, v)
+    assert backward_ir.count('"tidal.scan"') == 1
+    assert backward_ir.count("torch.aten.mm ") == 6, backward_ir
+    compiled = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
+    h, hs = compiled(h0, xs, w, u, v)
+    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u, v))
+    with python_loops(gated):
+        h2, hs2 = gated(h0, xs, w, u, v)
+    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u, v))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_scan_adjoint_skips_cotangents_nobody_wants():
+    """xs that need no gradient cost no per-step `dx = dpre @ Wᵀ` matmul in the adjoint."""
+    h0, xs = torch.zeros(4, 8), torch.randn(12, 4, 8)
+    w, u, v = [(torch.randn(8, 8) * 0.3).requires_grad_() for _ in range(3)]
+    _, backward_ir = training_ir(gated, h0, xs, w, u, v)
+    assert backward_ir.count("torch.aten.mm ") == 5, backward_ir
+
+
+def test_scan_of_dynamic_length_differentiates(compiled_graphs):
+    """A length marked dynamic: the step is cut only in the backward (symbolic shapes), keeping
+    nothing; gradients as the Python loop's for every length, one compiled graph."""
+    gen = torch.Generator().manual_seed(5)
+    w, u = [(torch.randn(8, 8, generator=gen) * 0.3).requires_grad_() for _ in range(2)]
+    compiled = torch.compile(rnn, backend="tidal", options=STRICT)
+    for length in (5, 7, 9):
+        h0, xs = torch.zeros(2, 8), torch.randn(length, 2, 8, generator=gen).requires_grad_()
+        torch._dynamo.mark_dynamic(xs, 0)
+        h, hs = compiled(h0, xs, w, u)
+        got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
+        with python_loops(rnn):
+            h2, hs2 = rnn(h0, xs, w, u)
+        expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert len(compiled_graphs) == 2  # one forward, one backward: the length is symbolic in both

@@ -1,16 +1,22 @@
-"""`scan`: the carries entering each step are the residuals; the adjoint is a reverse scan.
+"""`scan`: the step's joint graph cut around what its adjoint keeps; the adjoint is a reverse scan.
 
-Forward: the scan also stacks the carry entering each step (T × carry, the only residuals besides
-the xs and consts it already has). Backward: a scan over the steps in reverse whose carry is the
-carry's cotangent plus one accumulator per const (captured weights: their cotangents add up over
-the steps), and whose body is the step's VJP recomputed from (carry_t, x_t, consts) with
-PyTorch's derivative formulas. Memory: T carries, not every intermediate of every step.
+Forward: the scan runs the forward part of the step's joint graph (`residuals.split_step`): the
+step's results, the values its adjoint keeps (those whose recomputation would repeat a matmul or a
+convolution; a kept new carry or per-step output costs nothing more), and a copy of the carry
+entering each step. Backward: a scan over the steps in reverse whose carry is the carry's
+cotangent, one accumulator per const that needs a gradient (captured weights: their cotangents add
+up over the steps), and each kept new carry (handed on: it is the next step's entering one), and
+whose body is the adjoint part of the joint graph (PyTorch's derivative formulas), reading only
+what it needs. Cotangents nobody wants (xs or consts without requires_grad) are not computed.
 
-Checkpointing (`options={"scan_checkpoint": k}`): the T steps run as T/s segments of s steps (s
-the largest divisor of T not above k; a scan of symbolic length keeps every step). The forward
-keeps only the carry entering each segment (T/s carries); the backward walks the segments in
-reverse, recomputes a segment's s entering carries from its checkpoint, and runs the reverse scan
-above over them: memory ≈ T/s + s carries for one more forward pass.
+Checkpointing (`options={"scan_checkpoint": k}`): the T steps run as T/s segments of s steps (s the
+largest divisor of T not above k; a scan of symbolic length keeps every step). The forward keeps
+only the carry entering each segment (T/s carries); the backward walks the segments in reverse,
+reruns a segment's forward part from its checkpoint, and runs the reverse scan above over it:
+memory ≈ T/s + s steps for one more forward pass.
+
+With symbolic shapes (torch.export's dynamic dims) the step is traced only in the backward, and
+the adjoint recomputes the step from its entering carry.
 """
 
 from __future__ import annotations
@@ -20,17 +26,8 @@ from torch._higher_order_ops.scan import scan_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values, split_into_chunks
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import (
-    Meta,
-    cotangents,
-    differentiable,
-    differentiate_wrt,
-    dispatch_keys,
-    flat,
-    reversed_steps,
-    trace_body,
-    vjp_fn,
-)
+from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, reversed_steps, trace_body
+from tidal.autodiff.residuals import differentiable_dtype, kept_values, split_step
 from tidal.tracing import scan_checkpoint
 
 
@@ -50,6 +47,16 @@ def _segment_length(length, k: int) -> int:
     return next(s for s in range(min(k, length), 0, -1) if length % s == 0)
 
 
+def _static(tensors) -> bool:
+    return all(not isinstance(d, torch.SymInt) for t in tensors if isinstance(t, torch.Tensor) for d in t.shape)
+
+
+def _spread(values, reads) -> list:
+    """`values` (those read) back at their places among all, None where not read."""
+    it = iter(values)
+    return [next(it) if r else None for r in reads]
+
+
 def _keeping_the_carry(body, num_carries):
     """The step, also returning (a copy of) the carry it started from."""
 
@@ -62,78 +69,119 @@ def _keeping_the_carry(body, num_carries):
 class ScanVJP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, body, num_carries, num_xs, segment, *operands):
-        init, xs, consts = split_into_chunks(operands, [num_carries, num_xs, len(operands) - num_carries - num_xs])
-        step = _keeping_the_carry(body, num_carries)
+        counts = (num_carries, num_xs, len(operands) - num_carries - num_xs)
+        init, xs, consts = split_into_chunks(operands, list(counts))
+        # every carry's cotangent chains through all steps, even where the caller's init needs none
+        wanted = [i < num_carries or (ctx.needs_input_grad[4 + i] and differentiable(o)) for i, o in enumerate(operands)]
+        # The step is cut in the forward, where it runs; with symbolic shapes (torch.export's
+        # dynamic dims) the body is traced once more only in the backward, keeping nothing.
+        split = split_step(body, counts, operands, wanted, dispatch_keys()) if _static(operands) else None
         with torch._C._AutoDispatchBelowAutograd():
             if segment == 1:
-                outs = scan_op(step, list(init), list(xs), list(consts))
+                step = split.forward if split is not None else body
+                outs = scan_op(_keeping_the_carry(step, num_carries), list(init), list(xs), list(consts))
             else:
 
                 def run_segment(*args):  # (carry..., xs of s steps..., consts...)
-                    c, x, w = split_into_chunks(args, [num_carries, num_xs, len(consts)])
+                    c, x, w = split_into_chunks(args, list(counts))
                     inner = scan_op(body, list(c), list(x), list(w))
                     return (*inner, *[ci.clone() for ci in c])
 
                 outs = scan_op(run_segment, list(init), _segments(xs, segment), list(consts))
                 outs = [*outs[:num_carries], *_joined(outs[num_carries : len(outs) - num_carries]), *outs[len(outs) - num_carries :]]
-        results, carries_in = outs[: len(outs) - num_carries], outs[len(outs) - num_carries :]
-        ctx.body, ctx.counts, ctx.segment = body, (num_carries, num_xs, len(consts)), segment
+        n_out = num_carries + len(outs) - 2 * num_carries - (split.num_stacked if split is not None and segment == 1 else 0)
+        results, stacked, carries_in = split_into_chunks(list(outs), [n_out, len(outs) - n_out - num_carries, num_carries])
+        ctx.body, ctx.split, ctx.counts, ctx.segment, ctx.wanted = body, split, counts, segment, wanted
         ctx.metas = [Meta(r) for r in results]
         ctx.keys = dispatch_keys()
-        save_values_for_backward(ctx, (*carries_in, *xs, *consts))
+        save_values_for_backward(ctx, (*carries_in, *xs, *consts, *stacked, *results))
         return tuple(results)
 
     @staticmethod
     def backward(ctx, *grads):
         n_c, n_x, n_w = ctx.counts
-        carries_in, xs, consts = split_into_chunks(saved_values(ctx), [n_c, n_x, n_w])
+        split, s = ctx.split, ctx.segment
+        n_out = len(ctx.metas)
+        n_s = split.num_stacked if split is not None and s == 1 else 0
+        carries_in, xs, consts, stacked, results = split_into_chunks(saved_values(ctx), [n_c, n_x, n_w, n_s, n_out])
+        if split is None:
+            operands = [*carries_in, *xs, *consts]
+            split = split_step(ctx.body, ctx.counts, operands, ctx.wanted, ctx.keys, keep=False, carries_stacked=True)
         grads = cotangents(grads, ctx.metas)
         g_final, g_ys = grads[:n_c], grads[n_c:]
-        n_y = len(g_ys)
-        s = ctx.segment
-        step_vjp = vjp_fn(ctx.body, n_c + n_x + n_w, [m.dtype for m in ctx.metas])
+        n_y, n_k = len(g_ys), len(split.kept)
+        float_output = [differentiable_dtype(d) for d in split.output_dtypes]
+        x_wanted, w_wanted = ctx.wanted[n_c : n_c + n_x], ctx.wanted[n_c + n_x :]
+        n_gx, n_gw = sum(x_wanted), sum(w_wanted)
+        wanted_consts = [w for w, keep in zip(consts, w_wanted) if keep]
+
+        # The per-step values the adjoint reads: only those are stacked into its scan. A kept new
+        # carry (kind "carry") is the carry entering the next step: it travels through the reverse
+        # scan as one more carry, started from the final carry and handed each step's entering
+        # one, instead of a shifted copy of the stacked carries.
+        reads_x = split.reads[n_c : n_c + n_x]
+        reads_k = split.reads[n_c + n_x + n_w : n_c + n_x + n_w + n_k]
+        handed_on = [k.index for k, r in zip(split.kept, reads_k) if r and k.kind == "carry"]
+        stacked_k = [r and k.kind != "carry" for k, r in zip(split.kept, reads_k)]
+        entering_k = [r or j in handed_on for j, r in enumerate(split.reads[:n_c])]
+        n_h, n_ce, n_rx, n_sk = len(handed_on), sum(entering_k), sum(reads_x), sum(stacked_k)
+
+        def read(values, reads):
+            return [v for v, r in zip(values, reads) if r]
 
         def adjoint_step(*args):
-            g_c, g_w, c_t, x_t, g_y, w = split_into_chunks(args, [n_c, n_w, n_c, n_x, n_y, n_w])
-            # every float primal is differentiated: the carry's cotangent chains through all steps
-            # even where the caller's init or xs need no gradient
-            differentiate_wrt(*c_t, *x_t, *w)
-            g_c_prev, g_x, g_w_t = split_into_chunks(list(step_vjp(*c_t, *x_t, *w, *g_c, *g_y)), [n_c, n_x, n_w])
-            return (*g_c_prev, *[a + b for a, b in zip(g_w, g_w_t)], *g_x)
+            counts = [n_c, n_gw, n_h, n_ce, n_rx, n_sk, n_y, n_w]
+            g_c, g_w, leaving, c_t, x_t, kept_t, g_y, w = split_into_chunks(args, counts)
+            c_every = _spread(c_t, entering_k)
+            kept_every, leaving_it = _spread(kept_t, stacked_k), iter(leaving)
+            kept_every = [next(leaving_it) if k.kind == "carry" and r else v for v, k, r in zip(kept_every, split.kept, reads_k)]
+            g_out = [g for g, f in zip([*g_c, *g_y], float_output) if f]
+            every = [*c_every, *_spread(x_t, reads_x), *w, *kept_every, *g_out]
+            g_c_prev, g_x, g_w_t = split_into_chunks(list(split.adjoint(*split.adjoint_inputs(every))), [n_c, n_gx, n_gw])
+            handed = [c_every[j].clone() for j in handed_on]
+            return (*g_c_prev, *[a + b for a, b in zip(g_w, g_w_t)], *handed, *g_x)
 
-        init = [*g_final, *[torch.zeros_like(w) for w in consts]]
-        steps = [*carries_in, *xs, *g_ys]
-        adjoint = trace_body(
-            adjoint_step, [*init, *steps, *consts], [False] * len(init) + [True] * len(steps) + [False] * n_w, ctx.keys
-        )
+        init = [*g_final, *[torch.zeros_like(w) for w in wanted_consts]]
 
-        def reverse_scan(checkpoints, xs_, g_ys_, g_init, w):
-            """The adjoint of the steps over xs_: carries entering them in `checkpoints`."""
-            stacked = [*reversed_steps(checkpoints), *reversed_steps(xs_), *reversed_steps(g_ys_)]
-            g_out, g_w, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, stacked, list(w))), [n_c, n_w, n_x])
+        def reverse_scan(entering, final, xs_, kept, g_ys_, g_init, w):
+            """The adjoint of the steps over xs_, entered with the carries `entering` (leaving the
+            last one: `final`)."""
+            g_init = [*g_init, *[final[j] for j in handed_on]]
+            steps = reversed_steps([*read(entering, entering_k), *read(xs_, reads_x), *read(kept, stacked_k), *g_ys_])
+            adjoint = trace_body(
+                adjoint_step, [*g_init, *steps, *w], [False] * len(g_init) + [True] * len(steps) + [False] * n_w, ctx.keys
+            )
+            g_out, g_w, _, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, steps, list(w))), [n_c, n_gw, n_h, n_gx])
             return g_out, g_w, reversed_steps(g_xs_rev)
 
+        def recomputed(entering, xs_, w):
+            """The segment's forward again: every step's entering carries, the final ones, the kept values."""
+            outs = scan_op(_keeping_the_carry(split.forward or ctx.body, n_c), list(entering), list(xs_), list(w))
+            final, ys, stacked_, entering_each = split_into_chunks(list(outs), [n_c, n_y, split.num_stacked, n_c])
+            return entering_each, final, kept_values(split, stacked_, ys)
+
         if s == 1:
-            g_init, g_w, g_xs = reverse_scan(carries_in, xs, g_ys, init, consts)
+            kept = kept_values(split, stacked, results[n_c:])
+            g_init, g_w, g_xs = reverse_scan(carries_in, results[:n_c], xs, kept, g_ys, init, consts)
         else:
-            step = _keeping_the_carry(ctx.body, n_c)
 
             def adjoint_segment(*args):
-                g_c, g_w, c_seg, x_seg, g_y_seg, w = split_into_chunks(args, [n_c, n_w, n_c, n_x, n_y, n_w])
-                recomputed = scan_op(step, list(c_seg), list(x_seg), list(w))
-                g_c_prev, g_w_new, g_x_seg = reverse_scan(recomputed[len(recomputed) - n_c :], x_seg, g_y_seg, [*g_c, *g_w], w)
+                g_c, g_w, c_seg, x_seg, g_y_seg, w = split_into_chunks(args, [n_c, n_gw, n_c, n_x, n_y, n_w])
+                entering, final, kept = recomputed(c_seg, x_seg, w)
+                g_c_prev, g_w_new, g_x_seg = reverse_scan(entering, final, x_seg, kept, g_y_seg, [*g_c, *g_w], w)
                 return (*g_c_prev, *g_w_new, *g_x_seg)
 
-            stacked = [*carries_in, *_segments(xs, s), *_segments(g_ys, s)]
+            segments = [*carries_in, *_segments(xs, s), *_segments(g_ys, s)]
             adjoint_seg = trace_body(
-                adjoint_segment, [*init, *stacked, *consts], [False] * len(init) + [True] * len(stacked) + [False] * n_w, ctx.keys
+                adjoint_segment, [*init, *segments, *consts], [False] * len(init) + [True] * len(segments) + [False] * n_w, ctx.keys
             )
-            outs = scan_op(adjoint_seg, init, reversed_steps(stacked), list(consts))
-            g_init, g_w, g_xs_seg = split_into_chunks(list(outs), [n_c, n_w, n_x])
+            outs = scan_op(adjoint_seg, init, reversed_steps(segments), list(consts))
+            g_init, g_w, g_xs_seg = split_into_chunks(list(outs), [n_c, n_gw, n_gx])
             g_xs = _joined(reversed_steps(g_xs_seg))
-        grads_in = [*g_init, *g_xs, *g_w]
+        g_xs, g_w = iter(g_xs), iter(g_w)
+        grads_in = [*g_init, *[next(g_xs) if k else None for k in x_wanted], *[next(g_w) if k else None for k in w_wanted]]
         operands = [*carries_in, *xs, *consts]  # dtypes of the operands, in order
-        return None, None, None, None, *[g if differentiable(o) else None for g, o in zip(grads_in, operands)]
+        return None, None, None, None, *[g if g is not None and differentiable(o) else None for g, o in zip(grads_in, operands)]
 
 
 @AUTODIFF.rule("tidal.scan")
