@@ -166,3 +166,25 @@ def test_symbolic_sequence_length_compiles_once(compiled_programs):
     assert len(programs) == 2
     assert [s.shape for s in programs[0].native.args if s.rank == 3] == [(4, 2, 4)]
     assert [s.shape for s in programs[1].native.args if s.rank == 3] == [(None, 2, 4)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matmuls_with_transposed_operands_and_accumulators(dtype):
+    """Transposes and accumulating adds folded into the BLAS call (its 'T' flags and beta): every
+    combination, shapes of three different sizes so that swapped m/n/k cannot pass, in a loop
+    whose carry accumulates the products."""
+
+    def products(acc, a, b, c, xs):
+        def step(acc, x):
+            acc = acc + x.t() @ b.t()  # [5,3]ᵀ·[4,5]ᵀ → [3,4]
+            return acc, (a @ c.t() + acc).clone()  # [3,7]·[4,7]ᵀ
+
+        return scan(step, acc, xs)
+
+    gen = torch.Generator().manual_seed(6)
+    acc = torch.randn(3, 4, dtype=dtype, generator=gen)
+    a, b, c = (torch.randn(*s, dtype=dtype, generator=gen) for s in ((3, 7), (4, 5), (4, 7)))
+    xs = torch.randn(6, 5, 3, dtype=dtype, generator=gen)
+    got, expected, fallbacks = run_compiled(products, (acc, a, b, c, xs))
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected)

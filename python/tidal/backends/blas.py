@@ -20,23 +20,24 @@ from tidal.runtime import externs
 
 _GEMM = {"f32": "sgemm_", "f64": "dgemm_"}
 externs.require(*_GEMM.values())
-_DEFAULT_MAPS = (
-    "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
-    "affine_map<(d0, d1, d2) -> (d0, d1)>]"
-)
-
+# One BLAS call computes C = op(A)·op(B) + beta·C on row-major data. BLAS is column-major, so it
+# gets Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped; a row-major matrix stored transposed is a
+# column-major one to transpose ('T').
 _SHIM = """
 llvm.func @{gemm}(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr,
                   !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr)
-func.func private @tidal_{gemm}rowmajor(%m: i64, %n: i64, %k: i64, %a: i64, %lda: i64, %b: i64,
-                                        %ldb: i64, %c: i64, %ldc: i64) {{
+func.func private @tidal_{gemm}rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
+                                        %b: i64, %ldb: i64, %beta: {elt}, %c: i64, %ldc: i64) {{
   %one = llvm.mlir.constant(1 : i64) : i64
-  %no_trans = llvm.mlir.constant(78 : i8) : i8
   %unit = llvm.mlir.constant(1.0 : {elt}) : {elt}
-  %trans = llvm.alloca %one x i8 : (i64) -> !llvm.ptr
-  llvm.store %no_trans, %trans : i8, !llvm.ptr
+  %pta = llvm.alloca %one x i8 : (i64) -> !llvm.ptr
+  llvm.store %ta, %pta : i8, !llvm.ptr
+  %ptb = llvm.alloca %one x i8 : (i64) -> !llvm.ptr
+  llvm.store %tb, %ptb : i8, !llvm.ptr
   %scale = llvm.alloca %one x {elt} : (i64) -> !llvm.ptr
   llvm.store %unit, %scale : {elt}, !llvm.ptr
+  %pbeta = llvm.alloca %one x {elt} : (i64) -> !llvm.ptr
+  llvm.store %beta, %pbeta : {elt}, !llvm.ptr
   %pm = llvm.alloca %one x i32 : (i64) -> !llvm.ptr
   %pn = llvm.alloca %one x i32 : (i64) -> !llvm.ptr
   %pk = llvm.alloca %one x i32 : (i64) -> !llvm.ptr
@@ -58,12 +59,27 @@ func.func private @tidal_{gemm}rowmajor(%m: i64, %n: i64, %k: i64, %a: i64, %lda
   %pa = llvm.inttoptr %a : i64 to !llvm.ptr
   %pb = llvm.inttoptr %b : i64 to !llvm.ptr
   %pc = llvm.inttoptr %c : i64 to !llvm.ptr
-  llvm.call @{gemm}(%trans, %trans, %pn, %pm, %pk, %scale, %pb, %pldb, %pa, %plda, %scale, %pc, %pldc)
+  llvm.call @{gemm}(%ptb, %pta, %pn, %pm, %pk, %scale, %pb, %pldb, %pa, %plda, %pbeta, %pc, %pldc)
       : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr,
          !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> ()
   return
 }}
 """
+_NO_TRANS, _TRANS = 78, 84  # 'N', 'T'
+_A_MAPS = {"affine_map<(d0,d1,d2)->(d0,d2)>": False, "affine_map<(d0,d1,d2)->(d2,d0)>": True}
+_B_MAPS = {"affine_map<(d0,d1,d2)->(d2,d1)>": False, "affine_map<(d0,d1,d2)->(d1,d2)>": True}
+_C_MAP = "affine_map<(d0,d1,d2)->(d0,d1)>"
+
+
+def _transposes(op) -> tuple[bool, bool] | None:
+    """Whether the matmul reads A and B transposed, from its indexing maps; None for maps BLAS
+    cannot take (broadcasts)."""
+    if "indexing_maps" not in op.attributes:
+        return False, False
+    maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if maps[0] not in _A_MAPS or maps[1] not in _B_MAPS or maps[2] != _C_MAP:
+        return None
+    return _A_MAPS[maps[0]], _B_MAPS[maps[1]]
 
 
 def _inner_stride_is_one(t: ir.Type) -> bool:
@@ -101,20 +117,50 @@ def _ensure_shim(module_op, gemm: str, elt: str) -> str:
     return name
 
 
-@tidal_pass("tidal-matmul-to-blas", "Replace bufferized f32/f64 linalg.matmul by in-process BLAS gemm calls")
-def matmul_to_blas(module_op):
-    matmuls = []
+def _zero_fill_just_before(op, c: ir.Value):
+    """The `linalg.fill` of zero into `c` that `op` (a matmul into `c`) follows, when nothing
+    between them touches `c`: the BLAS call may then overwrite C (beta = 0) and the fill goes."""
+    ops = [o.operation for o in op.operation.block.operations]
+    at = ops.index(op.operation)
+    for cand in reversed(ops[:at]):
+        if cand.name == "linalg.fill" and cand.operands[1] == c:
+            value = cand.operands[0].owner
+            if isinstance(value, ir.Block) or value.name != "arith.constant":
+                return None
+            return cand if _float_value(value.attributes["value"]) == 0.0 else None
+        if any(v == c for v in cand.operands) or _uses_inside(cand, c) or cand.name.endswith(".call"):
+            return None
+    return None
 
-    def collect(op):
-        if op.name == "linalg.matmul":
-            matmuls.append(op.operation)
+
+def _float_value(attr) -> float | None:
+    try:
+        return ir.FloatAttr(attr).value
+    except ValueError:
+        return None
+
+
+def _uses_inside(op, value) -> bool:
+    found = []
+
+    def visit(o):
+        if o != op and any(v == value for v in o.operands):
+            found.append(o)
+            return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
-    module_op.walk(collect)
-    for op in matmuls:
-        maps = str(op.attributes["indexing_maps"]) if "indexing_maps" in op.attributes else _DEFAULT_MAPS
-        if maps.replace(" ", "") != _DEFAULT_MAPS.replace(" ", ""):
-            continue  # transposed/broadcast variants keep their loops
+    op.walk(visit)
+    return bool(found)
+
+
+@tidal_pass("tidal-matmul-to-blas", "Replace bufferized f32/f64 linalg.matmul by in-process BLAS gemm calls")
+def matmul_to_blas(module_op):
+    from tidal.passes.registry import ops_named
+
+    for op in ops_named(module_op, ("linalg.matmul",)):
+        transposed = _transposes(op)
+        if transposed is None:
+            continue  # broadcast variants keep their loops
         a, b, c = op.operands
         if not all(isinstance(v.type, ir.MemRefType) and _inner_stride_is_one(v.type) for v in (a, b, c)):
             continue
@@ -122,12 +168,22 @@ def matmul_to_blas(module_op):
         if elt not in _GEMM or str(a.type.element_type) != elt or str(b.type.element_type) != elt:
             continue
         shim = _ensure_shim(module_op, _GEMM[elt], elt)
+        zero_fill = _zero_fill_just_before(op, c)
         with ir.InsertionPoint(op), op.location:
-            pa, lda, m, k = _matrix(a)
-            pb, ldb, _, n = _matrix(b)
+            pa, lda, a_rows, a_cols = _matrix(a)
+            pb, ldb, b_rows, b_cols = _matrix(b)
             pc, ldc, _, _ = _matrix(c)
-            func.CallOp([], ir.FlatSymbolRefAttr.get(shim), [_as_i64(m), _as_i64(n), _as_i64(k), pa, lda, pb, ldb, pc, ldc])
+            m, k = (a_cols, a_rows) if transposed[0] else (a_rows, a_cols)
+            n = b_rows if transposed[1] else b_cols
+            i8 = ir.IntegerType.get_signless(8)
+            flags = [arith.ConstantOp(i8, _TRANS if t else _NO_TRANS).result for t in transposed]
+            beta = arith.ConstantOp(c.type.element_type, 0.0 if zero_fill is not None else 1.0).result
+            func.CallOp(
+                [], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa, lda, pb, ldb, beta, pc, ldc]
+            )
         op.erase()
+        if zero_fill is not None:
+            zero_fill.erase()
 
 
 # Elementwise fusion (`linalg-fuse-elementwise-ops`) folds the reshapes around a named contraction
@@ -178,3 +234,91 @@ def restore_contractions(module_op):
         for old, new in zip(placeholder.results, op.results):
             old.replace_all_uses_with(new)
         placeholder.erase()
+
+
+def _maps(transpose_a: bool, transpose_b: bool) -> list:
+    d0, d1, d2 = (ir.AffineDimExpr.get(i) for i in range(3))
+    exprs = [[d2, d0] if transpose_a else [d0, d2], [d1, d2] if transpose_b else [d2, d1], [d0, d1]]
+    return [ir.AffineMap.get(3, 0, e) for e in exprs]
+
+
+def _producer(v: ir.Value, name: str):
+    owner = v.owner
+    return None if isinstance(owner, ir.Block) or owner.name != name else owner
+
+
+def _is_zero_fill(v: ir.Value) -> bool:
+    fill = _producer(v, "linalg.fill")
+    if fill is None:
+        return False
+    const = _producer(fill.operands[0], "arith.constant")
+    return const is not None and _float_value(const.attributes["value"]) == 0.0
+
+
+def _is_plain_add(op) -> bool:
+    """`linalg.generic` computing out = x + y elementwise on two operands of one shape."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 1:
+        return False
+    maps = ir.ArrayAttr(op.attributes["indexing_maps"])
+    if not all(ir.AffineMapAttr(m).value.is_permutation and str(m) == str(maps[0]) for m in maps):
+        return False
+    if any("reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return False
+    body = op.regions[0].blocks[0]
+    ops = list(body.operations)
+    if len(ops) != 2 or ops[0].operation.name != "arith.addf" or ops[1].operation.name != "linalg.yield":
+        return False
+    args = list(body.arguments)
+    return {ops[0].operands[0], ops[0].operands[1]} == {args[0], args[1]} and ops[1].operands[0] == ops[0].result
+
+
+def _rebuild(at, a, b, c, transposed):
+    from torch_mlir.dialects import linalg
+
+    with ir.InsertionPoint(at), at.location:
+        return linalg.matmul(a, b, outs=[c], indexing_maps=_maps(*transposed))
+
+
+@tidal_pass(
+    "tidal-fold-into-matmul",
+    "Fold transposed operands and accumulating adds into linalg.matmul, so that one BLAS call does them",
+)
+def fold_into_matmul(module_op):
+    """`matmul(transpose(x), y)` reads x transposed (BLAS's 'T': no copy of x each time, a loop
+    invariant weight's included); `acc + matmul(x, y)` into zeros becomes `matmul(x, y)` into acc
+    (BLAS's beta = 1: an RNN adjoint's weight cotangents accumulate in place, with no zero fill
+    and no extra pass over the sum)."""
+    from tidal.passes.registry import ops_named
+
+    for op in ops_named(module_op, ("linalg.matmul",)):
+        transposed = _transposes(op)
+        if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
+            continue
+        a, b, c = op.operands
+        ta, tb = transposed
+        for operand in ("a", "b"):
+            v = a if operand == "a" else b
+            t = _producer(v, "linalg.transpose")
+            if t is None or list(ir.DenseI64ArrayAttr(t.attributes["permutation"])) != [1, 0]:
+                continue
+            if operand == "a":
+                a, ta = t.operands[0], not ta
+            else:
+                b, tb = t.operands[0], not tb
+        users = [u.owner for u in op.results[0].uses]
+        accumulate = None
+        if len(users) == 1 and _is_zero_fill(c) and _is_plain_add(users[0]):
+            x, y = users[0].operands[0], users[0].operands[1]
+            other = y if x == op.results[0] else x
+            if other != op.results[0] and other.type == op.results[0].type:
+                accumulate = (users[0], other)
+        if (ta, tb) == transposed and accumulate is None:
+            continue
+        # the accumulator may be defined after the matmul, the operands always dominate the add
+        at = accumulate[0] if accumulate else op
+        new = _rebuild(at, a, b, accumulate[1] if accumulate else c, (ta, tb))
+        if accumulate:
+            accumulate[0].results[0].replace_all_uses_with(new)
+            accumulate[0].erase()
+        op.results[0].replace_all_uses_with(new) if not accumulate else None
+        op.erase()

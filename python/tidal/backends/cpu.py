@@ -31,7 +31,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
     "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
-    "canonicalize, cse, "
+    "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-vectorize, canonicalize, "
     f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "

@@ -1,0 +1,104 @@
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-fold-into-matmul, canonicalize)' | filecheck %s
+// A transposed operand becomes the matmul's transposed indexing map (BLAS reads it with 'T', no
+// copy); an add of the matmul's result into an accumulator becomes the matmul's init (BLAS beta=1).
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+
+// CHECK-DAG:   #[[A_T:.+]] = affine_map<(d0, d1, d2) -> (d2, d0)>
+// CHECK-DAG:   #[[A:.+]] = affine_map<(d0, d1, d2) -> (d0, d2)>
+// CHECK-DAG:   #[[B:.+]] = affine_map<(d0, d1, d2) -> (d2, d1)>
+// CHECK-DAG:   #[[B_T:.+]] = affine_map<(d0, d1, d2) -> (d1, d2)>
+// CHECK-DAG:   #[[C:.+]] = affine_map<(d0, d1, d2) -> (d0, d1)>
+
+// CHECK-LABEL: func.func @transposed_lhs
+// CHECK-NOT:   linalg.transpose
+// CHECK:       linalg.matmul indexing_maps = [#[[A_T]], #[[B]], #[[C]]] ins(%arg0, %arg1 : tensor<8x4xf32>, tensor<8x5xf32>)
+func.func @transposed_lhs(%x: tensor<8x4xf32>, %w: tensor<8x5xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<4x8xf32>
+  %xt = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%et : tensor<4x8xf32>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%xt, %w : tensor<4x8xf32>, tensor<8x5xf32>) outs(%z : tensor<4x5xf32>) -> tensor<4x5xf32>
+  return %m : tensor<4x5xf32>
+}
+
+// CHECK-LABEL: func.func @accumulated
+// CHECK-SAME:  (%[[ACC:[a-z0-9]+]]: tensor<4x5xf32>, %[[X:[a-z0-9]+]]: tensor<4x8xf32>, %[[W:[a-z0-9]+]]: tensor<5x8xf32>)
+// CHECK-NOT:   linalg.fill
+// CHECK:       %[[M:.+]] = linalg.matmul indexing_maps = [#[[A]], #[[B_T]], #[[C]]] ins(%[[X]], %[[W]] : tensor<4x8xf32>, tensor<5x8xf32>) outs(%[[ACC]] : tensor<4x5xf32>)
+// CHECK-NOT:   linalg.generic
+// CHECK:       return %[[M]]
+func.func @accumulated(%acc: tensor<4x5xf32>, %x: tensor<4x8xf32>, %w: tensor<5x8xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<8x5xf32>
+  %wt = linalg.transpose ins(%w : tensor<5x8xf32>) outs(%et : tensor<8x5xf32>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%x, %wt : tensor<4x8xf32>, tensor<8x5xf32>) outs(%z : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %s = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%m, %acc : tensor<4x5xf32>, tensor<4x5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x5xf32>
+  return %s : tensor<4x5xf32>
+}
+
+// The product is used twice: the add cannot take it over.
+// CHECK-LABEL: func.func @product_used_twice
+// CHECK:       %[[M:.+]] = linalg.matmul ins
+// CHECK:       linalg.generic
+// CHECK:       return %{{.+}}, %[[M]]
+func.func @product_used_twice(%acc: tensor<4x5xf32>, %x: tensor<4x8xf32>, %w: tensor<8x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<4x8xf32>, tensor<8x5xf32>) outs(%z : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %s = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%m, %acc : tensor<4x5xf32>, tensor<4x5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x5xf32>
+  return %s, %m : tensor<4x5xf32>, tensor<4x5xf32>
+}
+
+// Not an add (a product of the two): nothing to fold.
+// CHECK-LABEL: func.func @not_an_add
+// CHECK:       linalg.fill
+// CHECK:       linalg.matmul ins
+// CHECK:       arith.mulf
+func.func @not_an_add(%acc: tensor<4x5xf32>, %x: tensor<4x8xf32>, %w: tensor<8x5xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<4x8xf32>, tensor<8x5xf32>) outs(%z : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %s = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%m, %acc : tensor<4x5xf32>, tensor<4x5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.mulf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x5xf32>
+  return %s : tensor<4x5xf32>
+}
+
+// The accumulator is computed after the product: the folded matmul goes where the add was.
+// CHECK-LABEL: func.func @accumulator_after_product
+// CHECK:       %[[ACC:.+]] = linalg.generic
+// CHECK:       arith.mulf
+// CHECK:       linalg.matmul ins(%arg1, %arg2 : tensor<4x8xf32>, tensor<8x5xf32>) outs(%[[ACC]] : tensor<4x5xf32>)
+func.func @accumulator_after_product(%y: tensor<4x5xf32>, %x: tensor<4x8xf32>, %w: tensor<8x5xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<4x8xf32>, tensor<8x5xf32>) outs(%z : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %acc = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%y : tensor<4x5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.mulf %a, %a : f32
+    linalg.yield %r : f32
+  } -> tensor<4x5xf32>
+  %s = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]} ins(%acc, %m : tensor<4x5xf32>, tensor<4x5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x5xf32>
+  return %s : tensor<4x5xf32>
+}

@@ -1,0 +1,47 @@
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-matmul-to-blas)' | filecheck %s
+// Bufferized matmuls become BLAS calls: a transposed indexing map is BLAS's 'T' (84; 'N' is 78),
+// a zero fill of C right before the matmul is BLAS's beta = 0 (the fill goes), and any other C
+// is accumulated into (beta = 1).
+
+#a = affine_map<(d0, d1, d2) -> (d0, d2)>
+#b_t = affine_map<(d0, d1, d2) -> (d1, d2)>
+#c = affine_map<(d0, d1, d2) -> (d0, d1)>
+
+// CHECK-LABEL: func.func @overwrites_zeros
+// CHECK-NOT:   linalg.fill
+// CHECK:       %[[N:.+]] = arith.constant 78 : i8
+// CHECK-NEXT:  %[[T:.+]] = arith.constant 84 : i8
+// CHECK-NEXT:  %[[BETA:.+]] = arith.constant 0.000000e+00 : f32
+// CHECK:       call @tidal_sgemm_rowmajor(%[[N]], %[[T]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[BETA]],
+// CHECK-NOT:   linalg.matmul
+func.func @overwrites_zeros(%a: memref<4x8xf32>, %b: memref<5x8xf32>, %c: memref<4x5xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x5xf32>)
+  linalg.matmul indexing_maps = [#a, #b_t, #c] ins(%a, %b : memref<4x8xf32>, memref<5x8xf32>) outs(%c : memref<4x5xf32>)
+  return
+}
+
+// C is read between the fill and the matmul: the fill stays and the matmul accumulates.
+// CHECK-LABEL: func.func @read_between
+// CHECK:       linalg.fill
+// CHECK:       memref.load
+// CHECK:       %[[N:.+]] = arith.constant 78 : i8
+// CHECK-NEXT:  %[[N2:.+]] = arith.constant 78 : i8
+// CHECK-NEXT:  %[[BETA:.+]] = arith.constant 1.000000e+00 : f32
+// CHECK:       call @tidal_sgemm_rowmajor(%[[N]], %[[N2]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[BETA]],
+func.func @read_between(%a: memref<4x8xf32>, %b: memref<8x5xf32>, %c: memref<4x5xf32>) -> f32 {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x5xf32>)
+  %v = memref.load %c[%i, %i] : memref<4x5xf32>
+  linalg.matmul ins(%a, %b : memref<4x8xf32>, memref<8x5xf32>) outs(%c : memref<4x5xf32>)
+  return %v : f32
+}
+
+// A column-strided operand is not BLAS's: the matmul keeps its loops.
+// CHECK-LABEL: func.func @strided_operand
+// CHECK:       linalg.matmul
+func.func @strided_operand(%a: memref<4x8xf32, strided<[1, 4]>>, %b: memref<8x5xf32>, %c: memref<4x5xf32>) {
+  linalg.matmul ins(%a, %b : memref<4x8xf32, strided<[1, 4]>>, memref<8x5xf32>) outs(%c : memref<4x5xf32>)
+  return
+}
