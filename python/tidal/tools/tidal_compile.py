@@ -16,7 +16,15 @@ from tidal.diagnostics import Diagnostic, SourceLoc, TidalError, diagnostics_fro
 
 
 def load_program_file(path: str):
-    """Import FILE.py as a real module (runpy breaks Dynamo for control-flow ops: FOUNDATION.md)."""
+    """(model, example_inputs) of FILE.py."""
+    module = load_program_module(path)
+    inputs = module.example_inputs
+    return module.model, inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def load_program_module(path: str):
+    """Import FILE.py as a real module (runpy breaks Dynamo for control-flow ops: FOUNDATION.md),
+    checking that it defines `model` and `example_inputs`."""
     name = "tidal_user_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -30,10 +38,7 @@ def load_program_file(path: str):
     for attr in ("model", "example_inputs"):
         if not hasattr(module, attr):
             raise TidalError(f"{path} must define `{attr}` (see tidal-compile --help)", SourceLoc(path, 1, 1))
-    inputs = module.example_inputs
-    if not isinstance(inputs, tuple):
-        inputs = (inputs,)
-    return module.model, inputs
+    return module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", help="Python file defining `model` and `example_inputs`")
     p.add_argument(
         "--emit",
-        choices=[*stage_names(), *GPU_STAGES],
+        choices=[*stage_names(), *GPU_STAGES, "so"],
         default="linalg",
         help="stage to print (default: linalg); ttir, ttgir, llir and ptx print the GPU backend's kernels "
-        "for --target (compiled with triton, no GPU needed)",
+        "for --target (compiled with triton, no GPU needed); so writes a shared library with a C entry point "
+        "to -o NAME.so and its header NAME.h beside it (FILE.py may define `dynamic_shapes`, torch.export's spec)",
     )
     p.add_argument("--target", default="cuda:90", help="GPU target of --emit ttir|ttgir|llir|ptx (default: cuda:90)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
@@ -61,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     try:
-        if args.run:
+        if args.emit == "so":
+            if args.output == "-":
+                raise TidalError("--emit so writes a library: name it with -o NAME.so", None)
+            text = export_file(args.file, args.output)
+            args.output = "-"
+        elif args.run:
             text = run_file(args.file)
         elif args.emit in GPU_STAGES:
             text = compile_file_for_gpu(args.file, args.emit, args.target)
@@ -98,6 +109,21 @@ def compile_file(path: str, emit: str) -> str:
     prog = _import_file(path)
     lower(prog.module, prog.context, emit)
     return str(prog.module)
+
+
+def export_file(path: str, library: str) -> str:
+    """FILE.py as the shared library `library` and its header; returns a one-line report."""
+    from tidal.aot import export
+
+    if not os.path.isfile(path):
+        raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
+    module = load_program_module(path)
+    inputs = module.example_inputs if isinstance(module.example_inputs, tuple) else (module.example_inputs,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        export(module.model, inputs, library, dynamic_shapes=getattr(module, "dynamic_shapes", None), source=path)
+    header = os.path.splitext(library)[0] + ".h"
+    return f"wrote {library} and {header}\n"
 
 
 GPU_STAGES = ("ttir", "ttgir", "llir", "ptx")
