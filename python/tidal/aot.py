@@ -153,11 +153,12 @@ def export_program_to_library(
     _check_ports(outputs, results, "output")
     calls_aten = any(s.startswith(("aoti_torch_", "torch_")) for s in externals)
     calls_blas = sorted(s for s in externals if s in ("sgemm_", "dgemm_"))
-    links_torch = calls_aten or bool(calls_blas)
+    uses_openmp = any(s.startswith(("GOMP_", "omp_")) for s in externals)
+    links_torch = calls_aten or bool(calls_blas) or uses_openmp
     out_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(out_dir, exist_ok=True)
     header_path = os.path.join(out_dir, f"{stem}.h")
-    header = _header(name, inputs, outputs, calls_aten, calls_blas, source)
+    header = _header(name, inputs, outputs, _links_text(calls_aten, calls_blas, uses_openmp), source)
     with tempfile.TemporaryDirectory() as tmp:
         obj = os.path.join(tmp, "program.o")
         native.keepalive.dump_to_object_file(obj)
@@ -236,15 +237,16 @@ def _external_symbols(module) -> list[str]:
     return names
 
 
-def _links_text(calls_aten: bool, calls_blas: list[str]) -> str:
+def _links_text(calls_aten: bool, calls_blas: list[str], uses_openmp: bool) -> str:
+    parts = []
     if calls_aten:
-        return "libtorch_cpu and libc10 (ATen calls through the dispatcher's stable C ABI)" + (
-            f"; BLAS {', '.join(calls_blas)} from libtorch_cpu (MKL)" if calls_blas else ""
-        )
+        parts.append("libtorch_cpu and libc10 (ATen calls through the dispatcher's stable C ABI)")
     if calls_blas:
-        return (f"BLAS {', '.join(calls_blas)}, linked from libtorch_cpu (MKL inside); any Fortran BLAS "
-                f"(-lopenblas) provides the same symbols")
-    return "the C library only"
+        parts.append(f"BLAS {', '.join(calls_blas)}, linked from libtorch_cpu (MKL inside; any Fortran BLAS such as "
+                     f"-lopenblas provides the same symbols)")
+    if uses_openmp:
+        parts.append("OpenMP (libgomp, through libtorch_cpu) for its parallel loops: OMP_NUM_THREADS sets the threads")
+    return "; ".join(parts) if parts else "the C library only"
 
 
 _TYPES = """#ifndef TIDAL_TYPES_DEFINED
@@ -268,7 +270,7 @@ typedef struct tidal_tensor_info {
 """ % MAX_RANK
 
 
-def _header(name: str, inputs: list[Port], outputs: list[Port], calls_aten: bool, calls_blas: list[str], source) -> str:
+def _header(name: str, inputs: list[Port], outputs: list[Port], links: str, source) -> str:
     guard = f"TIDAL_{name.upper()}_H"
 
     def table(ports):
@@ -284,7 +286,7 @@ def _header(name: str, inputs: list[Port], outputs: list[Port], calls_aten: bool
         table(outputs),
         f" * Dynamic dims: {', '.join(dynamic) if dynamic else 'none'} (named dims take any size the program"
         " accepts; equal names are equal sizes; output sizes are known after the call).",
-        f" * Links: {_links_text(calls_aten, calls_blas)}.",
+        f" * Links: {links}.",
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",
