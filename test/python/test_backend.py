@@ -188,3 +188,31 @@ def test_matmuls_with_transposed_operands_and_accumulators(dtype):
     got, expected, fallbacks = run_compiled(products, (acc, a, b, c, xs))
     assert fallbacks == []
     torch.testing.assert_close(got, expected)
+
+
+def _dense_grid_with_edges(lo, hi, edges):
+    return torch.cat([torch.linspace(lo, hi, 400_001), torch.tensor(edges, dtype=torch.float32)])
+
+
+@pytest.mark.parametrize("name", ["exp", "erf", "tanh"])
+def test_vectorized_transcendentals_match_eager(name):
+    """tidal-fast-math's exp, erf and tanh (arithmetic, vectorized) against ATen's on a dense grid
+    and the edges: overflow to inf, underflow to 0 and subnormals, saturation, NaN, ±0."""
+    inf, nan = float("inf"), float("nan")
+    fn = getattr(torch, name)
+    grid = {
+        "exp": _dense_grid_with_edges(-110, 90, [inf, -inf, nan, 0.0, -0.0, 88.7228, 88.723, -87.33, -100.0, -103.9, -104.5]),
+        "erf": _dense_grid_with_edges(-6, 6, [inf, -inf, nan, 0.0, -0.0, 1e-30, -3.99, 4.01]),
+        "tanh": _dense_grid_with_edges(-12, 12, [inf, -inf, nan, 0.0, -0.0, 1e-30, 7.9, -7.91]),
+    }[name]
+    got, expected, fallbacks = run_compiled(lambda x: fn(x), (grid,))
+    assert fallbacks == []
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.isinf(), expected.isinf()) and torch.equal(got[got.isinf()], expected[expected.isinf()])
+    finite = expected.isfinite()
+    if name == "exp":  # 2 ulp where the result is normal, 2 subnormal steps below
+        normal = finite & (expected >= torch.finfo(torch.float32).tiny)
+        assert ((got[normal] - expected[normal]).abs() <= 2.4e-7 * expected[normal]).all()
+        assert ((got[finite & ~normal] - expected[finite & ~normal]).abs() <= 3e-45).all()
+    else:
+        assert (got[finite] - expected[finite]).abs().max() <= 1e-6

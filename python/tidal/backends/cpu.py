@@ -32,7 +32,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
-    "tidal-fast-math, tidal-vectorize, canonicalize, "
+    "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, canonicalize, "
     f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-forall-to-threads, scf-forall-to-for, "

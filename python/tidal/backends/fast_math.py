@@ -1,10 +1,16 @@
-"""`tidal-fast-math`: f32 `math.tanh` → a rational polynomial in arith (vectorizable).
+"""`tidal-fast-math`: f32 `math.tanh`, `math.exp` and `math.erf` → polynomials in arith (vectorizable).
 
-Lowered as is, `math.tanh` becomes one scalar libm `tanhf` call per element, which keeps LLVM
-from vectorizing the elementwise loops around it (measured: the tanh of an RNN step dominated the
-step). The replacement is the clamped 13/6 rational approximation Eigen uses for float tanh
-(accurate to a few ulp; exact ±1 saturation beyond |x| ≈ 7.9), built from mul/add/div/min/max,
-which LLVM's loop vectorizer turns into SIMD code.
+Lowered as is, each becomes one scalar libm call per element, which keeps LLVM from vectorizing
+the elementwise loops around it (measured, 1 thread: the tanh of an RNN step dominated the step; a
+softmax over [64, 512] took 0.133 ms against eager's 0.017, an erf GELU 0.251 ms against 0.020).
+The replacements are the approximations Eigen and XLA use for float, built from
+mul/add/div/min/max/floor and integer bit operations, which LLVM's loop vectorizer turns into SIMD
+code:
+  - tanh: the clamped 13/6 rational approximation (a few ulp; exact ±1 beyond |x| ≈ 7.9);
+  - exp: Cephes' range reduction x = m·ln2 + r, a degree-5 polynomial for e^r and 2^m built in
+    the exponent bits (in two factors, so subnormal results are right); within 1 ulp of libm on
+    normal results, +inf above ln(FLT_MAX), 0 below -104, NaN for NaN;
+  - erf: the 13/8 odd/even rational approximation on [-4, 4] (±1 beyond; absolute error < 5e-7).
 """
 
 from __future__ import annotations
@@ -51,18 +57,77 @@ def _fast_tanh(x: ir.Value) -> ir.Value:
     return arith.SelectOp(tiny, x, ratio).result
 
 
-@tidal_pass("tidal-fast-math", "Expand f32 math.tanh into a vectorizable rational approximation")
+_EXP_HI = 88.7228394  # ln(FLT_MAX): above it exp overflows
+_EXP_LO = -104.0  # below ln(2^-150) exp rounds to 0
+_LOG2E = 1.44269504088896341
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = hi + lo, hi with few bits (m·hi exact)
+_EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
+
+
+def _pow2(m: ir.Value) -> ir.Value:
+    """2^m for an i32 m in [-126, 127], built in the exponent bits."""
+    i32 = ir.IntegerType.get_signless(32)
+    biased = arith.AddIOp(m, arith.ConstantOp(i32, 127).result).result
+    bits = arith.ShLIOp(biased, arith.ConstantOp(i32, 23).result).result
+    return arith.BitcastOp(ir.F32Type.get(), bits).result
+
+
+def _is_nan(x: ir.Value) -> ir.Value:
+    return arith.CmpFOp(arith.CmpFPredicate.UNO, x, x).result
+
+
+def _fast_exp(x: ir.Value) -> ir.Value:
+    from torch_mlir.dialects import math as math_d
+
+    t = x.type
+    i32 = ir.IntegerType.get_signless(32)
+    # maxnum/minnum clamp a NaN too (to a bound), so the integer conversion below never sees one
+    xc = arith.MinNumFOp(arith.MaxNumFOp(x, _c(_EXP_LO, t)).result, _c(_EXP_HI, t)).result
+    m = math_d.FloorOp(arith.AddFOp(arith.MulFOp(xc, _c(_LOG2E, t)).result, _c(0.5, t)).result).result
+    r = arith.SubFOp(xc, arith.MulFOp(m, _c(_LN2_HI, t)).result).result
+    r = arith.SubFOp(r, arith.MulFOp(m, _c(_LN2_LO, t)).result).result
+    y = _horner(r, _EXP_P, t)  # Horner in r (not r²): p0 r^5 + ... + p5
+    y = arith.AddFOp(arith.AddFOp(arith.MulFOp(y, arith.MulFOp(r, r).result).result, r).result, _c(1.0, t)).result
+    mi = arith.FPToSIOp(i32, m).result
+    half = arith.ShRSIOp(mi, arith.ConstantOp(i32, 1).result).result
+    rest = arith.SubIOp(mi, half).result
+    scaled = arith.MulFOp(arith.MulFOp(y, _pow2(half)).result, _pow2(rest)).result
+    inf, zero = _c(float("inf"), t), _c(0.0, t)
+    scaled = arith.SelectOp(arith.CmpFOp(arith.CmpFPredicate.OGT, x, _c(_EXP_HI, t)).result, inf, scaled).result
+    scaled = arith.SelectOp(arith.CmpFOp(arith.CmpFPredicate.OLT, x, _c(_EXP_LO, t)).result, zero, scaled).result
+    return arith.SelectOp(_is_nan(x), x, scaled).result
+
+
+_ERF_ALPHA = [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+              -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02]
+_ERF_BETA = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+             -1.42647390514189e-02]
+
+
+def _fast_erf(x: ir.Value) -> ir.Value:
+    t = x.type
+    xc = arith.MinNumFOp(arith.MaxNumFOp(x, _c(-4.0, t)).result, _c(4.0, t)).result
+    x2 = arith.MulFOp(xc, xc).result
+    p = arith.MulFOp(xc, _horner(x2, _ERF_ALPHA, t)).result
+    q = _horner(x2, _ERF_BETA, t)
+    return arith.SelectOp(_is_nan(x), x, arith.DivFOp(p, q).result).result
+
+
+_EXPANSIONS = {"math.tanh": _fast_tanh, "math.exp": _fast_exp, "math.erf": _fast_erf}
+
+
+@tidal_pass("tidal-fast-math", "Expand f32 math.tanh, math.exp and math.erf into vectorizable approximations")
 def fast_math(module_op):
-    tanhs = []
+    found = []
 
     def collect(op):
-        if op.name == "math.tanh" and str(op.results[0].type) == "f32":
-            tanhs.append(op.operation)
+        if op.name in _EXPANSIONS and str(op.results[0].type) == "f32":
+            found.append(op.operation)
         return ir.WalkResult.ADVANCE
 
     module_op.walk(collect)
-    for op in tanhs:
+    for op in found:
         with ir.InsertionPoint(op), op.location:
-            value = _fast_tanh(op.operands[0])
+            value = _EXPANSIONS[op.name](op.operands[0])
         op.results[0].replace_all_uses_with(value)
         op.erase()

@@ -115,3 +115,26 @@ def scalarize_0d(module_op):
         for old, new in zip(op.results, results):
             old.replace_all_uses_with(new)
         op.erase()
+
+
+_REASSOCIABLE = ("arith.addf", "arith.mulf")
+
+
+@tidal_pass(
+    "tidal-reassociate-reductions",
+    "Let float sums and products of linalg reductions be reassociated (fastmath reassoc), so LLVM vectorizes them",
+)
+def reassociate_reductions(module_op):
+    """A float reduction loop (a softmax's sum, a layer norm's mean) is a chain of adds LLVM may not
+    reorder, so it stays scalar: one add per element, each waiting for the last. With `reassoc`
+    on the reduction body's adds and multiplies it becomes vector partial sums combined at the end,
+    which is how eager's reductions sum too (the order of a float sum is not part of its contract)."""
+    from tidal.passes.registry import ops_named
+
+    flag = ir.Attribute.parse("#arith.fastmath<reassoc>")
+    for op in ops_named(module_op, ("linalg.generic",)):
+        if not any("reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+            continue
+        for inner in op.regions[0].blocks[0].operations:
+            if inner.operation.name in _REASSOCIABLE:
+                inner.operation.attributes["fastmath"] = flag

@@ -8,6 +8,7 @@ skipped (with a one-time warning) and the in-memory JIT still works.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,10 +56,31 @@ def cache_key(linalg_ir: str, func_name: str, pipeline: str) -> str:
     from tidal import __version__
 
     h = hashlib.sha256()
-    for part in (str(CACHE_FORMAT), __version__, torch.__version__, pipeline, func_name, linalg_ir):
+    for part in (str(CACHE_FORMAT), __version__, torch.__version__, _compiler_fingerprint(), pipeline, func_name, linalg_ir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_fingerprint() -> str:
+    """A hash of the code that turns linalg into machine code (tidal's passes and runtime): an
+    entry compiled by other code (an edited pass in a checkout) is never reused. Same version
+    string, different code is the normal state of a development tree."""
+    import tidal.backends
+    import tidal.conversion
+    import tidal.runtime
+
+    h = hashlib.sha256()
+    for package in (tidal.backends, tidal.conversion, tidal.runtime):
+        root = os.path.dirname(package.__file__)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
 
 
 def memory_entries() -> int:
