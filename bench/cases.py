@@ -199,13 +199,15 @@ class CompileTime(Case):
     title = "Compile time vs trip count, RNN cell h = tanh(x_t W + h U + b)"
     description = (
         "Cold compile time (first call minus steady-state call, fresh caches, after compiling an "
-        "unrelated tiny graph once per process) for T steps: (a) Python for-loop under Inductor "
-        "(Dynamo unrolls it), (b) scan under Inductor, (c) scan under tidal. Ratio column: t(T)/t(T_min)."
+        "unrelated tiny graph once per process) for T steps: a Python for-loop (Dynamo unrolls it: T "
+        "cells in one straight-line graph) under Inductor and under tidal, and scan under Inductor and "
+        "under tidal. Ratio column: t(T)/t(T_min)."
     )
     metrics = [("compile_s", "compile s", 1.0, "{:.2f}"), ("compile_ratio", "t/t0", 1.0, "{:.2f}")]
     show_compile = False
     ratios = False
     COLS = [("inductor:loop", "inductor", "loop", "inductor for-loop"),
+            ("tidal:loop", "tidal", "loop", "tidal for-loop"),
             ("inductor:scan", "inductor", "scan", "inductor scan"),
             ("tidal:scan", "tidal", "scan", "tidal scan")]
 
@@ -691,6 +693,79 @@ class AssociativeScanTrain(AssociativeScan):
             ctx, unit["backend"], program, (a, b), invoke=step, reference=ref, grad=True, memory=True)
 
 
+def straight_line_program(kind: str, device: str):
+    """(module or function, inputs) of one straight-line case: no control flow, the code around loops."""
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device)
+
+    if kind == "rnn8":
+        class Unrolled(torch.nn.Module):
+            def __init__(self, h=128):
+                super().__init__()
+                self.W, self.U, self.b = rnn_params(h, device)
+
+            def forward(self, xs):
+                h = torch.zeros(xs.shape[1], xs.shape[2], device=xs.device)
+                for t in range(8):
+                    h = torch.tanh(xs[t] @ self.W + h @ self.U + self.b)
+                return h
+
+        return Unrolled(), (randn(8, 32, 128),)
+    if kind == "mlp":
+        torch.manual_seed(7)
+        mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256), torch.nn.LayerNorm(256))
+        return mlp.to(device), (randn(64, 256),)
+    if kind == "attention":
+        def attention(q, k, v):
+            return torch.softmax(q @ k.transpose(-1, -2) / 8, dim=-1) @ v
+
+        return attention, (randn(4, 64, 32), randn(4, 64, 32), randn(4, 64, 32))
+    if kind == "conv_block":
+        torch.manual_seed(7)
+        block = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.GroupNorm(8, 32), torch.nn.SiLU(),
+                                    torch.nn.Conv2d(32, 32, 3, padding=1))
+        return block.to(device), (randn(8, 32, 32, 32),)
+    if kind == "encoder_layer":
+        torch.manual_seed(7)
+        layer = torch.nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
+        return layer.to(device).eval(), (randn(8, 64, 128),)
+    raise ValueError(kind)
+
+
+class StraightLine(Case):
+    name = "straight_line"
+    title = "Straight-line programs: the code around the loops"
+    description = (
+        "No control flow: an RNN cell unrolled 8 times by Dynamo (B=32, H=128), Linear(256,512)-GELU-"
+        "Linear(512,256)-LayerNorm on [64, 256], softmax(q kT / 8) v on [4, 64, 32], Conv2d-GroupNorm-SiLU-"
+        "Conv2d on [8, 32, 32, 32], a TransformerEncoderLayer (d=128, 4 heads, ff 512) on [8, 64, 128]; "
+        "inference. Run with --threads 1 and --threads 2. Target: tidal >= 1.0x Inductor on every row."
+    )
+    ROWS = [("rnn8", "RNN cell x8 unrolled"), ("mlp", "MLP + LayerNorm"), ("attention", "attention [4,64,32]"),
+            ("conv_block", "conv block"), ("encoder_layer", "encoder layer")]
+
+    def row_params(self, quick):
+        return {label: {"kind": kind} for kind, label in self.ROWS}
+
+    def units(self, quick, device):
+        return [_u(self.name, b, b, [label for _, label in self.ROWS]) for b in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        for kind, label in self.ROWS:
+            program, inputs = straight_line_program(kind, ctx.device)
+            with torch.no_grad():
+                ref = program(*inputs)
+            yield label, unit["column"], measure(ctx, unit["backend"], program, inputs, reference=ref)
+
+
 def make_weight(p, device):
     import torch
 
@@ -701,5 +776,5 @@ def make_weight(p, device):
 CASES = {
     c.name: c
     for c in (CompileTime(), RnnScan(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
-              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser())
+              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine())
 }
