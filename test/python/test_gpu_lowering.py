@@ -47,6 +47,19 @@ def test_elementwise_associative_scan_is_one_tt_scan_kernel_with_the_time_loop_i
     assert ttir.index('"tt.scan"', loop) > loop  # the chunks after the first are scanned inside the loop
 
 
+def test_elementwise_while_is_one_kernel_with_the_loop_inside():
+    """A while_loop with an elementwise body and a condition on a 0-d counter: ONE kernel whose
+    scf.while carries the counter as a scalar (the condition needs no reduction) and the data as
+    tiles; nothing else runs per iteration."""
+    program = _gpu_program(CORPUS / "while_logistic_map.py")
+    kernels = program.kernels_for_emit()
+    assert len(kernels) == 1, [k.name for k in kernels]
+    ttir = kernel_asm(kernels[0], "ttir", ("cuda", 90))
+    assert re.search(r"scf\.while \(%\w+ = %\w+, %\w+ = %\w+\) : \(i64, tensor<256xf32>\)", ttir), ttir
+    assert re.search(r"arith\.cmpi slt, %\w+, %\w+ : i64", ttir)  # the condition, on scalars
+    assert '"tt.reduce"' not in ttir
+
+
 def test_tidal_compile_emits_ptx_without_a_gpu():
     done = subprocess.run(
         [sys.executable, "-m", "tidal.tools.tidal_compile", str(CORPUS / "assoc_cumsum_dim1.py"), "--emit", "ptx", "--target", "cuda:90"],

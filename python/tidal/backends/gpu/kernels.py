@@ -559,3 +559,162 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
     for total, e, i in zip(totals, elems, range(k)):
         row_addr.store(row_pointers(total, e, chunk_id), f"{results}#{i}", e, col_mask)
     return b.text()
+
+
+# -- a whole tidal.while in one kernel -------------------------------------------------------------------
+
+WHILE_BLOCK = 256
+
+
+@dataclass
+class WhileLaunch:
+    """A `tidal.while` run by one kernel: each program loops over its block of the shaped carries
+    (0-d carries and consts in every program alike), storing the final carries once."""
+
+    kernel: Kernel
+    shaped: list[bool]  # per carry, then per const: of the loop's common shape (else 0-d)
+    block: int
+
+
+def _elementwise_region_ops(block, shape_rank: int) -> bool:
+    """Every op of a while region can run per element: elementwise generics over the common shape
+    or over 0-d values (reading only their inputs), constants, empties, the yield."""
+    for op in block.operations:
+        name = op.operation.name
+        if name in ("tensor.empty", "tidal.yield"):
+            continue
+        if name == "arith.constant":
+            if isinstance(op.results[0].type, ir.RankedTensorType):
+                return False
+            continue
+        if name != "linalg.generic":
+            return False
+        g = GenericBody(op, "probe")
+        if g.reduction or g.captured:
+            return False
+        if any(inner.operation.name in ("linalg.index", "tensor.extract") for inner in g.body.operations):
+            return False
+        rank = len(g.iterators)
+        if rank not in (0, shape_rank):
+            return False
+        for m in g.maps:
+            dims = _map_dims(m)
+            if rank and dims != list(range(rank)):
+                return False
+        n_in = len(g.ins)
+        if any(len(list(g.body.arguments[n_in + j].uses)) for j in range(len(g.outs))):
+            return False
+    return True
+
+
+def device_while_shape(op) -> tuple[int, ...] | None:
+    """The common static shape of a `tidal.while`'s shaped carries when the whole loop can run in
+    one kernel, else None. The condition is then computed from 0-d values only (a 0-d value of a
+    region without reductions depends on 0-d values alone), so every program takes the same trip
+    count: no cross-program communication."""
+    if "stack_outputs" in op.attributes and ir.BoolAttr(op.attributes["stack_outputs"]).value:
+        return None
+    shapes = set()
+    for v in op.operands:
+        if not isinstance(v.type, ir.RankedTensorType):
+            return None
+        t = ir.RankedTensorType(v.type)
+        if not t.has_static_shape:
+            return None
+        if t.rank:
+            shapes.add(tuple(t.shape))
+    if len(shapes) > 1:
+        return None
+    shape = shapes.pop() if shapes else ()
+    if not all(_elementwise_region_ops(r.blocks[0], len(shape)) for r in op.regions):
+        return None
+    return shape
+
+
+def while_kernel(op, name: str, shape: tuple[int, ...]) -> WhileLaunch:
+    """The loop as `scf.while` inside the kernel: the shaped carries and consts as tiles of
+    WHILE_BLOCK elements, the 0-d ones as scalars (the condition is then a scalar `scf.condition`,
+    the same in every lane and program, and a 0-d counter costs one scalar op per iteration); the
+    regions' generics emitted as straight-line code, a 0-d value splatted where a tile reads it."""
+    n = ir.IntegerAttr(op.attributes["num_carries"]).value
+    operands = list(op.operands)
+    shaped = [ir.RankedTensorType(v.type).rank > 0 for v in operands]
+    block = WHILE_BLOCK
+    tile = (block,)
+    b = KernelBuilder(name)
+    addr = _Addressing(b, tile)
+    elems = [_tensor_rank_and_elem(v)[1] for v in operands]
+    in_ptrs = [b.pointer_arg(f"in{i}", e) for i, e in enumerate(elems)]
+    out_ptrs = [b.pointer_arg(f"out{j}", elems[j]) for j in range(n)]
+    numel = b.scalar_arg("numel")
+    ity = tensor_type(tile, "i32")
+    pid = b.op("tt.get_program_id x : i32")
+    start = b.binary("arith.muli", pid, b.const(block, "i32"), "i32")
+    idx = b.binary("arith.addi", b.splat(start, "i32", tile), b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}"), ity)
+    in_range = b.op(f"arith.cmpi slt, {idx}, {b.splat(numel, 'i32', tile)} : {ity}")
+
+    def load_scalar(ptr: str, elem: str) -> str:
+        mem = memory_type(elem)
+        value = b.op(f"tt.load {ptr} : !tt.ptr<{mem}>")
+        return b.op(f"arith.cmpi ne, {value}, {b.const(0, mem)} : {mem}") if mem != elem else value
+
+    loaded = [addr.load(addr.pointers(ptr, e, idx), e, in_range) if s else load_scalar(ptr, e)
+              for ptr, e, s in zip(in_ptrs, elems, shaped)]
+    types = [tensor_type(tile, e) if s else e for e, s in zip(elems[:n], shaped[:n])]
+
+    def emit_region(region_block, args: list[str]) -> list[str]:
+        values = dict(zip(region_block.arguments, args))
+        is_tile = {a: s for a, s in zip(region_block.arguments, shaped)}
+        for inner in region_block.operations:
+            kind = inner.operation.name
+            if kind == "tidal.yield":
+                return [values[v] for v in inner.operands]
+            if kind in ("tensor.empty", "arith.constant"):
+                continue  # a generic re-emits the constants it reads, at its own shape
+            g = GenericBody(inner, "probe")
+            g.b = b
+            rank_shape = tile if g.iterators else ()
+            body_values = {}
+            for i, v in enumerate(g.ins):
+                value = values[v]
+                if g.iterators and not is_tile[v]:
+                    value = b.splat(value, _tensor_rank_and_elem(v)[1], tile)
+                body_values[g.body.arguments[i]] = value
+            for r, v in zip(inner.results, g.run_body(addr, body_values, {}, None, rank_shape)):
+                values[r], is_tile[r] = v, bool(g.iterators)
+        raise AssertionError("while region without tidal.yield")
+
+    cond_block, body_block = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    const_values = loaded[n:]
+    before = [b.fresh() for _ in range(n)]
+    after = [b.fresh() for _ in range(n)]
+    results = b.fresh()
+    b.emit(f"{results}:{n} = scf.while ({', '.join(f'{a} = {v}' for a, v in zip(before, loaded[:n]))}) "
+           f": ({', '.join(types)}) -> ({', '.join(types)}) {{")
+    b.indent += 1
+    (pred,) = emit_region(cond_block, [*before, *const_values])
+    b.emit(f"scf.condition({pred}) {', '.join(before)} : {', '.join(types)}")
+    b.indent -= 1
+    b.emit("} do {")
+    b.emit(f"^bb0({', '.join(f'{a}: {ty}' for a, ty in zip(after, types))}):")
+    b.indent += 1
+    new = emit_region(body_block, [*after, *const_values])
+    b.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
+    b.indent -= 1
+    b.emit("}")
+    scalar_results = [j for j in range(n) if not shaped[j]]
+    for j in range(n):
+        if shaped[j]:
+            addr.store(addr.pointers(out_ptrs[j], elems[j], idx), f"{results}#{j}", elems[j], in_range)
+    if scalar_results:  # the 0-d carries: the same in every program, stored by the first
+        first = b.op(f"arith.cmpi eq, {pid}, {b.const(0, 'i32')} : i32")
+        b.emit(f"scf.if {first} {{")
+        b.indent += 1
+        for j in scalar_results:
+            value, mem = f"{results}#{j}", memory_type(elems[j])
+            if mem != elems[j]:
+                value = b.op(f"arith.extui {value} : {elems[j]} to {mem}")
+            b.emit(f"tt.store {out_ptrs[j]}, {value} : !tt.ptr<{mem}>")
+        b.indent -= 1
+        b.emit("}")
+    return WhileLaunch(b.text(), shaped, block)

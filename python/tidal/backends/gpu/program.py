@@ -521,6 +521,33 @@ class GpuProgram:
         return step
 
     def _op_tidal_while(self, op):
+        shape = K.device_while_shape(op)
+        if shape is not None:
+            return self._device_while(op, shape)
+        return self._host_while(op)
+
+    def _device_while(self, op, shape):
+        """The whole loop in one kernel: no host round trip per iteration (see `K.while_kernel`)."""
+        n = ir.IntegerAttr(op.attributes["num_carries"]).value
+        launch = K.while_kernel(op, self._new_kernel_name("while"), shape)
+        self.kernels.append(launch.kernel)
+        operands, results = list(op.operands), list(op.results)
+        numel = _prod(shape)
+        compiled = None
+
+        def step(env):
+            nonlocal compiled
+            if compiled is None:
+                compiled = compile_kernel(launch.kernel)
+            tensors = [env[v].contiguous() for v in operands]
+            outs = [torch.empty_like(t) for t in tensors[:n]]
+            compiled[(max(1, _cdiv(numel, launch.block)), 1, 1)](*tensors, *outs, numel)
+            for r, t in zip(results, outs):
+                env[r] = t
+
+        return step
+
+    def _host_while(self, op):
         n = ir.IntegerAttr(op.attributes["num_carries"]).value
         stacked = "stack_outputs" in op.attributes and ir.BoolAttr(op.attributes["stack_outputs"]).value
         operands, results = list(op.operands), list(op.results)
