@@ -40,6 +40,64 @@ def test_corpus_matches_eager_on_cuda(path):
     assert all(t.device.type == "cuda" for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor))
 
 
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.py")), ids=lambda p: p.stem)
+def test_corpus_graph_replays_read_the_inputs_current_values(path):
+    """A program without host reads is captured as a CUDA graph at its first call and replayed when
+    the same buffers come again: after the float inputs change in place the replay must see the new
+    values; new buffers get their own capture. Every result against eager (those of a program that
+    reads the host come from its plan, as before)."""
+    model, inputs = load_program_file(str(path))
+    if isinstance(model, torch.nn.Module):
+        model = model.cuda()
+    inputs = _cuda(inputs)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), torch.no_grad(), torch.device("cuda"):
+        warnings.simplefilter("ignore")
+        compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+        compiled(*inputs)  # captures
+        for t in pytree.tree_leaves(inputs):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                t.mul_(0.75)
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)  # a replay
+        fresh = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
+        torch.testing.assert_close(compiled(*fresh), model(*fresh), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(compiled(*fresh), model(*fresh), rtol=1e-4, atol=1e-4)
+
+
+def _gpu_program(fn, inputs):
+    from tidal.compiler import gpu_function
+    from tidal.importer import import_program
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gpu_function(import_program(fn, inputs))
+
+
+def test_what_is_captured_as_a_cuda_graph():
+    """The logistic map (a while loop in one kernel, no host read) is captured; a cond whose branch
+    reduces reads its predicate on the host: never captured, and its plan stays right."""
+    model, cpu_inputs = load_program_file(str(CORPUS / "while_logistic_map.py"))
+    program = _gpu_program(model, cpu_inputs)  # exported on the CPU examples, run on CUDA tensors
+    inputs = _cuda(cpu_inputs)
+    with torch.no_grad():
+        first, again = program(*inputs), program(*inputs)
+        expected = model(*inputs)
+    assert program._graphs_enabled and all(v is not False for v in program._graphs.values()) and program._graphs
+    for got in (first, again):
+        torch.testing.assert_close(list(got), list(expected))
+
+    def branchy(x):
+        return torch.cond(x.sum() > 0, lambda x: x.sum(0), lambda x: x.amax(0), (x,))
+
+    program = _gpu_program(branchy, (torch.rand(64, 32),))
+    x = torch.rand(64, 32, device="cuda")
+    with torch.no_grad():
+        for sign in (1.0, -1.0, 1.0):
+            y = x * sign
+            torch.testing.assert_close(program(y)[0], branchy(y))
+    assert not program._graphs_enabled
+
+
 def test_linear_recurrence_over_many_chunks_and_columns():
     """The scan kernel's chunk loop and column blocks: T and C not multiples of the blocks."""
     from torch._higher_order_ops import associative_scan

@@ -60,6 +60,16 @@ def test_elementwise_while_is_one_kernel_with_the_loop_inside():
     assert '"tt.reduce"' not in ttir
 
 
+def test_cond_with_elementwise_branches_is_a_select_in_one_kernel():
+    """cond_clamp_invalid's branches are elementwise: both run, fused with the select on the
+    device-side predicate into one kernel; no cond is left for the host to decide."""
+    program = _gpu_program(CORPUS / "cond_clamp_invalid.py")
+    assert "tidal.cond" not in str(program.module)
+    names = [k.name for k in program.kernels_for_emit()]
+    # the mask, its any() and ONE kernel for both branches and the select
+    assert [re.sub(r"_\d+.*", "", n) for n in names] == ["tidal_generic", "tidal_reduce", "tidal_generic"], names
+
+
 def test_tidal_compile_emits_ptx_without_a_gpu():
     done = subprocess.run(
         [sys.executable, "-m", "tidal.tools.tidal_compile", str(CORPUS / "assoc_cumsum_dim1.py"), "--emit", "ptx", "--target", "cuda:90"],

@@ -2,16 +2,21 @@
 
 The plan is built once per program: each op of the function becomes a step. `linalg.generic`
 becomes a Triton kernel (`kernels.py`); an elementwise `tidal.associative_scan` becomes one
-`tt.scan` kernel, its whole length on the device. Matmul-likes, views, slices, concatenation and
+`tt.scan` kernel, its whole length on the device; a `while` with an elementwise body and a 0-d
+condition is one kernel with the loop inside. Matmul-likes, views, slices, concatenation and
 allocation are ATen calls on the same stream (cuBLAS for the matmuls). The other control-flow ops
 run as host loops launching their bodies' steps: `scan` and `map` know their trip count and never
-synchronize; a data-dependent `while` reads its predicate once per iteration and `cond` reads its
-predicate once. Every step enqueues on the current stream; nothing is copied to the host except
-those predicates and scalars a program extracts from a tensor.
+synchronize; any other `while` reads its predicate once per iteration and a `cond` whose branches
+are not elementwise reads its predicate once (elementwise ones became selects before the plan).
+
+A program that never reads a device value on the host is captured as a CUDA graph at its first
+call with a set of input buffers and shapes, and replayed whenever the same ones come again (one launch, no Python per
+step; results are copies of the graph's outputs). `TIDAL_CUDA_GRAPHS=0` turns this off.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -26,6 +31,7 @@ _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf
            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
            "ui8": torch.uint8}
 _DYNAMIC = -(2**63)
+GRAPHS_PER_PROGRAM = 8  # CUDA graphs kept per program (one per set of input buffers and shapes)
 
 
 def _tensor_type(value) -> ir.RankedTensorType:
@@ -58,6 +64,20 @@ class _Plan:
         return [env[v] for v in self.yielded]
 
 
+class _NeedsTheHost(Exception):
+    """A step reads a device value on the host (a predicate, an extracted scalar): the program
+    cannot be captured as a CUDA graph."""
+
+
+def _on_host(value):
+    """A device value read on the host (one synchronization); refused while a CUDA graph captures."""
+    if isinstance(value, torch.Tensor):
+        if torch.cuda.is_current_stream_capturing():
+            raise _NeedsTheHost
+        return value.item()
+    return value
+
+
 def _slices(offsets, sizes, strides):
     return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
 
@@ -75,11 +95,46 @@ class GpuProgram:
         self.block = func.regions[0].blocks[0]
         self.kernels: list = []  # every Kernel made, in order: what --emit prints
         self.plan = _Plan(self, self.block)
+        self._graphs: dict = {}
+        self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
 
     def __call__(self, *tensors):
         # 0-d tensors the boundary made of Python scalars arrive on the CPU
         args = [t.cuda() if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
-        return self.plan.run({}, args, self.block)
+        if not self._graphs_enabled:
+            return self.plan.run({}, args, self.block)
+        key = tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else ("value", a)
+                    for a in args)
+        entry = self._graphs.get(key)
+        if entry is None:
+            outs = self.plan.run({}, args, self.block)  # compiles the kernels; its results are this call's
+            self._graphs[key] = self._capture(args)
+            while len(self._graphs) > GRAPHS_PER_PROGRAM:
+                self._graphs.pop(next(iter(self._graphs)))
+            return outs
+        if entry is False:  # not capturable at these inputs
+            return self.plan.run({}, args, self.block)
+        graph, static_outs = entry
+        graph.replay()
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in static_outs]
+
+    def _capture(self, args):
+        """The whole plan as one CUDA graph over these input buffers (replayed when the same
+        buffers come again: no Python per step, one launch), or False when a step needs the host
+        (a predicate read, a scalar copied in) — then this program never tries again."""
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(side):
+                self.plan.run({}, args, self.block)  # warm up on the capturing stream
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                static_outs = self.plan.run({}, args, self.block)
+        except _NeedsTheHost:
+            self._graphs_enabled = False
+            return False
+        return graph, list(static_outs)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -89,7 +144,7 @@ class GpuProgram:
 
     def _shape(self, value, dynamic_operands, env) -> list[int]:
         dyn = iter(dynamic_operands)
-        return [int(env[next(dyn)]) if s == _DYNAMIC else s for s in _tensor_type(value).shape]
+        return [int(_on_host(env[next(dyn)])) if s == _DYNAMIC else s for s in _tensor_type(value).shape]
 
     @staticmethod
     def _static(op, name):
@@ -99,7 +154,7 @@ class GpuProgram:
     def _mixed(static, dynamic_values, env):
         """Static offsets/sizes/strides with the dynamic ones read from `env`."""
         dyn = iter(dynamic_values)
-        return [int(env[next(dyn)]) if v == _DYNAMIC else v for v in static]
+        return [int(_on_host(env[next(dyn)])) if v == _DYNAMIC else v for v in static]
 
     def _constant_array(self, attr, value):
         import numpy as np
@@ -345,14 +400,17 @@ class GpuProgram:
 
     def _op_tensor_extract(self, op):
         src, indices, result = op.operands[0], list(op.operands)[1:], op.results[0]
-        return lambda env: env.__setitem__(result, env[src][tuple(int(env[i]) for i in indices)].item())
+        return lambda env: env.__setitem__(result, _on_host(env[src][tuple(int(_on_host(env[i])) for i in indices)]))
 
     def _op_tensor_from_elements(self, op):
         elems, result = list(op.operands), op.results[0]
         dtype, shape = _dtype(result), list(_tensor_type(result).shape)
-        return lambda env: env.__setitem__(
-            result, torch.tensor([env[e] for e in elems], dtype=dtype, device="cuda").reshape(shape)
-        )
+        def step(env):
+            if torch.cuda.is_current_stream_capturing():
+                raise _NeedsTheHost  # a copy from host memory
+            env[result] = torch.tensor([env[e] for e in elems], dtype=dtype, device="cuda").reshape(shape)
+
+        return step
 
     def _op_tensor_concat(self, op):
         dim = ir.IntegerAttr(op.attributes["dim"]).value
@@ -361,7 +419,7 @@ class GpuProgram:
 
     def _op_tensor_dim(self, op):
         src, index, result = op.operands[0], op.operands[1], op.results[0]
-        return lambda env: env.__setitem__(result, env[src].shape[int(env[index])])
+        return lambda env: env.__setitem__(result, env[src].shape[int(_on_host(env[index]))])
 
     def _op_tidal_aten_call(self, op):
         """The same ATen operator on the CUDA tensors (cuDNN for convolutions), on the current stream."""
@@ -408,7 +466,7 @@ class GpuProgram:
         msg = ir.StringAttr(op.attributes["msg"]).value
 
         def step(env):
-            if not bool(env[cond]):
+            if not bool(_on_host(env[cond])):
                 raise RuntimeError(msg)
 
         return step
@@ -469,7 +527,7 @@ class GpuProgram:
 
         def step(env):
             p = env[pred]
-            branch = 0 if bool(p.item() if isinstance(p, torch.Tensor) else p) else 1  # one read
+            branch = 0 if bool(_on_host(p)) else 1  # one read
             outs = plans[branch].run(env, [env[v] for v in operands], blocks[branch])
             for r, v in zip(results, outs):
                 env[r] = v
@@ -559,7 +617,7 @@ class GpuProgram:
             rows = []
             while True:
                 (p,) = cond.run(env, [*carries, *consts], cond_block)
-                if not bool(p.item() if isinstance(p, torch.Tensor) else p):  # one read per iteration
+                if not bool(_on_host(p)):  # one read per iteration
                     break
                 carries = body.run(env, [*carries, *consts], body_block)
                 if stacked:
@@ -643,7 +701,7 @@ def _operand_args(inputs, captured, captured_scalar, env) -> list:
         args += [t, *t.stride()]
     for v, scalar in zip(captured, captured_scalar):
         t = env[v]
-        args += [t.item() if isinstance(t, torch.Tensor) else t] if scalar else [t, *t.stride()]
+        args += [_on_host(t)] if scalar else [t, *t.stride()]
     return args
 
 
