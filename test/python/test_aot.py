@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch._higher_order_ops import while_loop
+from test_aten_calls import Writer
 
 import tidal
 
@@ -102,13 +102,7 @@ def _call(lib, name, inputs: list[torch.Tensor], num_outputs: int):
 
 def scatter_rows(buf, rows, values):
     """An index_put in a loop: an ATen call inside the compiled loop (it fails on a bad row)."""
-
-    def body(i, b):
-        r = torch.index_select(rows, 0, i.reshape(1))
-        v = torch.index_select(values, 0, i.reshape(1))
-        return i + 1, torch.index_put(b, (r,), v, accumulate=True)
-
-    return while_loop(lambda i, b: i < rows.shape[0], body, (torch.zeros((), dtype=torch.int64), buf))
+    return Writer()(buf, rows, values)
 
 
 def test_program_calling_aten_links_libtorch_and_reports_failures(tmp_path):

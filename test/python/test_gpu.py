@@ -24,13 +24,18 @@ def _cuda(tree):
     return pytree.tree_map(lambda t: t.cuda() if isinstance(t, torch.Tensor) else t, tree)
 
 
-@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.py")), ids=lambda p: p.stem)
-def test_corpus_matches_eager_on_cuda(path):
+def _corpus_on_cuda(path):
+    """A corpus program and its example inputs on the GPU, Dynamo's caches reset."""
     model, inputs = load_program_file(str(path))
     if isinstance(model, torch.nn.Module):
         model = model.cuda()
-    inputs = _cuda(inputs)
     torch._dynamo.reset()
+    return model, _cuda(inputs)
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.py")), ids=lambda p: p.stem)
+def test_corpus_matches_eager_on_cuda(path):
+    model, inputs = _corpus_on_cuda(path)
     # the corpus programs make tensors without naming a device (torch.zeros(...)): CUDA's here
     with warnings.catch_warnings(), torch.no_grad(), torch.device("cuda"):
         warnings.simplefilter("ignore")
@@ -46,11 +51,7 @@ def test_corpus_graph_replays_read_the_inputs_current_values(path):
     the same buffers come again: after the float inputs change in place the replay must see the new
     values; new buffers get their own capture. Every result against eager (those of a program that
     reads the host come from its plan, as before)."""
-    model, inputs = load_program_file(str(path))
-    if isinstance(model, torch.nn.Module):
-        model = model.cuda()
-    inputs = _cuda(inputs)
-    torch._dynamo.reset()
+    model, inputs = _corpus_on_cuda(path)
     with warnings.catch_warnings(), torch.no_grad(), torch.device("cuda"):
         warnings.simplefilter("ignore")
         compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)

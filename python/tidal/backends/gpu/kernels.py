@@ -202,6 +202,16 @@ class GenericBody:
                 for d in range(len(self.iterators))]
 
 
+def _program_block(b: KernelBuilder, block: int, numel: str) -> tuple[str, str, str]:
+    """This program's id, the flat positions of its BLOCK lanes and which of them are < numel."""
+    ity = tensor_type((block,), "i32")
+    pid = b.op("tt.get_program_id x : i32")
+    start = b.binary("arith.muli", pid, b.const(block, "i32"), "i32")
+    lanes = b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}")
+    idx = b.binary("arith.addi", b.splat(start, "i32", (block,)), lanes, ity)
+    return pid, idx, b.op(f"arith.cmpi slt, {idx}, {b.splat(numel, 'i32', (block,))} : {ity}")
+
+
 def generic_kernel(op, name: str) -> GenericLaunch:
     """Parallel dims flattened over programs of BLOCK elements; reduction dims as `scf.for` loops
     in each lane (any body: argmax, norms, ...)."""
@@ -217,11 +227,7 @@ def generic_kernel(op, name: str) -> GenericLaunch:
     sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
     total = b.scalar_arg("numel")
 
-    ity = tensor_type(shape, "i32")
-    pid = b.op("tt.get_program_id x : i32")
-    start = b.binary("arith.muli", pid, b.const(block, "i32"), "i32")
-    idx = b.binary("arith.addi", b.splat(start, "i32", shape), b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}"), ity)
-    mask = b.op(f"arith.cmpi slt, {idx}, {b.splat(total, 'i32', shape)} : {ity}")
+    _, idx, mask = _program_block(b, block, total)
     index: dict[int, str] = {}
     _unflatten(b, idx, gen.parallel, sizes, shape, index)
 
@@ -647,11 +653,7 @@ def while_kernel(op, name: str, shape: tuple[int, ...]) -> WhileLaunch:
     in_ptrs = [b.pointer_arg(f"in{i}", e) for i, e in enumerate(elems)]
     out_ptrs = [b.pointer_arg(f"out{j}", elems[j]) for j in range(n)]
     numel = b.scalar_arg("numel")
-    ity = tensor_type(tile, "i32")
-    pid = b.op("tt.get_program_id x : i32")
-    start = b.binary("arith.muli", pid, b.const(block, "i32"), "i32")
-    idx = b.binary("arith.addi", b.splat(start, "i32", tile), b.op(f"tt.make_range {{end = {block} : i32, start = 0 : i32}} : {ity}"), ity)
-    in_range = b.op(f"arith.cmpi slt, {idx}, {b.splat(numel, 'i32', tile)} : {ity}")
+    pid, idx, in_range = _program_block(b, block, numel)
 
     def load_scalar(ptr: str, elem: str) -> str:
         mem = memory_type(elem)
