@@ -9,8 +9,9 @@ run as host loops launching their bodies' steps: `scan` and `map` know their tri
 synchronize; any other `while` reads its predicate once per iteration and a `cond` whose branches
 are not elementwise reads its predicate once (elementwise ones became selects before the plan).
 
-A program that never reads a device value on the host is captured as a CUDA graph at its first
-call with a set of input buffers and shapes, and replayed whenever the same ones come again (one launch, no Python per
+A program that never reads a device value on the host is captured as a CUDA graph the second
+time a set of input buffers and shapes comes, and replayed whenever it comes again (buffers new at
+every call, as a training step's activations, never pay for a capture) (one launch, no Python per
 step; results are copies of the graph's outputs). `TIDAL_CUDA_GRAPHS=0` turns this off.
 """
 
@@ -96,6 +97,7 @@ class GpuProgram:
         self.kernels: list = []  # every Kernel made, in order: what --emit prints
         self.plan = _Plan(self, self.block)
         self._graphs: dict = {}
+        self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
 
     def __call__(self, *tensors):
@@ -108,9 +110,14 @@ class GpuProgram:
         entry = self._graphs.get(key)
         if entry is None:
             outs = self.plan.run({}, args, self.block)  # compiles the kernels; its results are this call's
-            self._graphs[key] = self._capture(args)
-            while len(self._graphs) > GRAPHS_PER_PROGRAM:
-                self._graphs.pop(next(iter(self._graphs)))
+            if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
+                self._graphs[key] = self._capture(args)
+                while len(self._graphs) > GRAPHS_PER_PROGRAM:
+                    self._graphs.pop(next(iter(self._graphs)))
+            else:
+                self._seen[key] = None
+                while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
+                    self._seen.pop(next(iter(self._seen)))
             return outs
         if entry is False:  # not capturable at these inputs
             return self.plan.run({}, args, self.block)
