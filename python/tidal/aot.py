@@ -41,12 +41,7 @@ _C_TYPES = {
     "i32": ("int32_t", "int32"),
     "i16": ("int16_t", "int16"),
     "i8": ("int8_t", "int8"),
-    "ui8": ("uint8_t", "uint8"),
     "i1": ("uint8_t", "bool"),
-}
-_TORCH_TO_MLIR = {
-    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64",
-    torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "ui8", torch.bool: "i1",
 }
 _LIBC = {"malloc", "free", "aligned_alloc", "memcpy", "memmove", "memset", "abort"}
 MAX_RANK = 8
@@ -175,8 +170,7 @@ def export_program_to_library(
         if links_torch:
             from tidal.runtime import externs
 
-            lib_dir = os.path.dirname(externs.torch_cpu_library())
-            cmd += [f"-L{lib_dir}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib_dir}"]
+            cmd += [*externs.torch_link_flags(), "-lc10"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise ExportError(f"linking {path} failed: {done.stderr.strip()}")
@@ -192,12 +186,16 @@ def _ports(ep) -> tuple[list[Port], list[Port]]:
     (out,) = [n for n in ep.graph.nodes if n.op == "output"]
     user_outputs = [o for o, spec in zip(out.args[0], sig.output_specs) if spec.kind.name == "USER_OUTPUT"]
 
+    from tidal.runtime.memref import MLIR_TO_TORCH
+
+    torch_to_mlir = {dtype: elt for elt, dtype in MLIR_TO_TORCH.items()}  # what the runtime carries
+
     def port(label, node):
         val = node.meta["val"]
-        if val.dtype not in _TORCH_TO_MLIR:
+        if val.dtype not in torch_to_mlir:
             raise ExportError(f"{label} has dtype {val.dtype}, which the C interface does not carry")
         dims = [int(d) if not isinstance(d, torch.SymInt) or d.node.is_constant() else str(d) for d in val.shape]
-        return Port(label, _TORCH_TO_MLIR[val.dtype], dims)
+        return Port(label, torch_to_mlir[val.dtype], dims)
 
     inputs = [port(p.name, p) for p in placeholders]
     outputs = [port(f"output{i}", o) for i, o in enumerate(user_outputs)]
@@ -343,7 +341,7 @@ def _wrapper(name, impl, header, inputs, outputs, args, results, calls_aten) -> 
     call_args = ", ".join(["&res"] + [f"&a{i}" for i in range(len(args))])
     takes = "\n".join(
         f"  take(&outputs[{i}], res.r{i}.allocated, res.r{i}.aligned, res.r{i}.offset, "
-        f"{'res.r%d.sizes' % i if s.rank else 'NULL'}, {s.rank}, sizeof({_C_TYPES[_elt(outputs[i])][0]}), inputs, "
+        f"{'res.r%d.sizes' % i if s.rank else 'NULL'}, {s.rank}, sizeof({outputs[i].c_type}), inputs, "
         f"{len(args)}, taken, &n_taken, to_free, &n_free);"
         for i, s in enumerate(results)
     )
@@ -436,10 +434,6 @@ int {name}_run(const tidal_tensor *inputs, tidal_tensor *outputs) {{
   return 0;
 }}
 """
-
-
-def _elt(port: Port) -> str:
-    return port.elt
 
 
 def _fill_input(i: int, rank: int) -> str:

@@ -68,6 +68,20 @@ def test_corpus_gradients_match_eager(path):
 # -- one program per rule, gradchecked in float64 ---------------------------------------------------
 
 
+def _scan_loss_grads(outs, wrt):
+    """Cotangents of `wrt` for the loss sum(h) + sum(hs²) of a scan's (h, hs)."""
+    h, hs = outs
+    return torch.autograd.grad(h.sum() + (hs * hs).sum(), wrt)
+
+
+def _grads_vs_python_loop(compiled, fn, args, wrt, **tolerance):
+    """`compiled`'s gradients against `fn`'s with its scans run as Python loops."""
+    got = _scan_loss_grads(compiled(*args), wrt)
+    with python_loops(fn):
+        expected = _scan_loss_grads(fn(*args), wrt)
+    torch.testing.assert_close(got, expected, **tolerance)
+
+
 def rnn(h0, xs, w, u):
     def step(h, x):
         h = torch.tanh(x @ w + h @ u)
@@ -332,12 +346,7 @@ def test_scan_checkpoint_keeps_one_carry_per_segment_with_equal_gradients(compil
     xs = torch.randn(length, 4, 8, generator=gen).requires_grad_()
     w, u = (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_(), (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_()
     compiled = torch.compile(rnn, backend="tidal", fullgraph=True, options={**STRICT, "scan_checkpoint": k})
-    h, hs = compiled(h0, xs, w, u)
-    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
-    with python_loops(rnn):
-        h2, hs2 = rnn(h0, xs, w, u)
-    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)  # weight cotangents summed in another order
+    _grads_vs_python_loop(compiled, rnn, (h0, xs, w, u), (xs, w, u), rtol=1e-4, atol=1e-4)  # weight cotangents summed in another order
     carry = 4 * 8 * 4
     inputs = xs.numel() * 4 + 2 * 8 * 8 * 4
     assert _forward_residual_bytes(compiled_graphs, 2) == kept * carry + inputs
@@ -361,12 +370,7 @@ def test_checkpoint_block_applies_to_its_own_scan_only(compiled_graphs):
     xs = torch.randn(64, 4, 8, generator=gen).requires_grad_()
     w, u = (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_(), (torch.randn(8, 8, generator=gen) * 0.3).requires_grad_()
     compiled = torch.compile(two_rnns, backend="tidal", fullgraph=True, options=STRICT)
-    h, hs = compiled(h0, xs, w, u)
-    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
-    with python_loops(rnn):
-        h2, hs2 = two_rnns(h0, xs, w, u)
-    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    _grads_vs_python_loop(compiled, two_rnns, (h0, xs, w, u), (xs, w, u), rtol=1e-4, atol=1e-4)
     carry = 4 * 8 * 4
     kept = (64 // 8 + 64) * carry
     final_carries = 2 * carry  # the adjoint reads each step's new carry: the next one's entering carry, or the final one
@@ -442,12 +446,7 @@ def test_scan_adjoint_repeats_no_forward_contraction():
     assert backward_ir.count('"tidal.scan"') == 1
     assert backward_ir.count("torch.aten.mm ") == 6, backward_ir
     compiled = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
-    h, hs = compiled(h0, xs, w, u, v)
-    got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u, v))
-    with python_loops(gated):
-        h2, hs2 = gated(h0, xs, w, u, v)
-    expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u, v))
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    _grads_vs_python_loop(compiled, gated, (h0, xs, w, u, v), (xs, w, u, v), rtol=1e-4, atol=1e-5)
 
 
 def test_scan_adjoint_skips_cotangents_nobody_wants():
@@ -467,10 +466,5 @@ def test_scan_of_dynamic_length_differentiates(compiled_graphs):
     for length in (5, 7, 9):
         h0, xs = torch.zeros(2, 8), torch.randn(length, 2, 8, generator=gen).requires_grad_()
         torch._dynamo.mark_dynamic(xs, 0)
-        h, hs = compiled(h0, xs, w, u)
-        got = torch.autograd.grad(h.sum() + (hs * hs).sum(), (xs, w, u))
-        with python_loops(rnn):
-            h2, hs2 = rnn(h0, xs, w, u)
-        expected = torch.autograd.grad(h2.sum() + (hs2 * hs2).sum(), (xs, w, u))
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        _grads_vs_python_loop(compiled, rnn, (h0, xs, w, u), (xs, w, u), rtol=1e-4, atol=1e-5)
     assert len(compiled_graphs) == 2  # one forward, one backward: the length is symbolic in both

@@ -8,9 +8,13 @@ from torch._subclasses.functional_tensor import disable_functional_mode
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
 
-def differentiable(t) -> bool:
+def differentiable_dtype(dtype) -> bool:
     """Integer and boolean values get no cotangent."""
-    return isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def differentiable(t) -> bool:
+    return isinstance(t, torch.Tensor) and differentiable_dtype(t.dtype)
 
 
 def reversed_steps(ts) -> list:
@@ -55,7 +59,7 @@ def vjp_fn(body, num_primals: int, output_dtypes):
     from PyTorch's derivative formulas (aot_autograd's joint tracing of `body`). Cotangents of
     integer and boolean outputs are dropped: the joint takes those of float outputs only."""
     joint = create_bw_fn(body, (None,) * num_primals)  # it only counts them
-    keep = [dtype.is_floating_point or dtype.is_complex for dtype in output_dtypes]
+    keep = [differentiable_dtype(dtype) for dtype in output_dtypes]
     n = num_primals
 
     def vjp(*args):
@@ -79,4 +83,4 @@ def trace_body(fn, args, stacked, keys) -> torch.fx.GraphModule:
         return materialize_as_graph(fn, tuple(examples), keys[0], keys[1], force_enable_grad=True)
 
 
-__all__ = ["Meta", "cotangents", "differentiable", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "trace_body", "vjp_fn"]
+__all__ = ["Meta", "cotangents", "differentiable", "differentiable_dtype", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "trace_body", "vjp_fn"]

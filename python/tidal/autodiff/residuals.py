@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from tidal.autodiff.common import differentiable, differentiate_wrt, trace_body
+from tidal.autodiff.common import differentiable_dtype, differentiate_wrt, trace_body
 
 aten = torch.ops.aten
 
@@ -85,10 +85,6 @@ def _joint(body, num_primals: int):
         return joint(*args)
 
     return fn
-
-
-def differentiable_dtype(dtype) -> bool:
-    return dtype.is_floating_point or dtype.is_complex
 
 
 def _outputs(gm: fx.GraphModule) -> list:
@@ -172,11 +168,16 @@ def split_step(body, counts, operands, wanted, keys, keep=True, carries_stacked=
             continue
         todo.extend(node.all_input_nodes)
     kept_nodes.sort(key=_position(graph))
-    kept = [where.get(node) for node in kept_nodes]
-    stacked_nodes = [node for node, k in zip(kept_nodes, kept) if k is None]
-    kept = [k if k is not None else Kept("stacked", stacked_nodes.index(node)) for node, k in zip(kept_nodes, kept)]
+    kept, stacked_nodes = [], []
+    for node in kept_nodes:
+        if node in where:
+            kept.append(where[node])
+        else:
+            kept.append(Kept("stacked", len(stacked_nodes)))
+            stacked_nodes.append(node)
 
-    forward = _subgraph(joint, primals, [*fw_outs, *[_cloned(s) for s in stacked_nodes]]) if keep else None
+    # the loop stacks the kept values the forward returns: copies, so they alias no other output
+    forward = _subgraph(joint, primals, [*fw_outs, *stacked_nodes], cloned=len(stacked_nodes)) if keep else None
     adjoint_inputs = [*primals, *kept_nodes, *cots]
     adjoint = _subgraph(joint, adjoint_inputs, wanted_grads)
     reads = _drop_unread_inputs(adjoint)
@@ -199,22 +200,16 @@ def _position(graph):
     return order.__getitem__
 
 
-class _cloned:
-    """An output of the forward part that must not alias: the loop stacks it."""
-
-    def __init__(self, node):
-        self.node = node
-
-
-def _subgraph(gm: fx.GraphModule, inputs, outputs) -> fx.GraphModule:
-    """The part of `gm` computing `outputs` from `inputs` (nodes of gm; inputs become placeholders)."""
+def _subgraph(gm: fx.GraphModule, inputs, outputs, cloned: int = 0) -> fx.GraphModule:
+    """The part of `gm` computing `outputs` from `inputs` (nodes of gm; inputs become
+    placeholders); the last `cloned` outputs are returned as copies."""
     g = fx.Graph()
     env = {}
     for i, node in enumerate(inputs):
         p = g.placeholder(f"in{i}")
         p.meta = dict(node.meta)
         env[node] = p
-    needed, todo = set(), [o.node if isinstance(o, _cloned) else o for o in outputs]
+    needed, todo = set(), list(outputs)
     while todo:
         node = todo.pop()
         if not isinstance(node, fx.Node) or node in needed or node in env:
@@ -226,12 +221,9 @@ def _subgraph(gm: fx.GraphModule, inputs, outputs) -> fx.GraphModule:
     for node in gm.graph.nodes:
         if node in needed:
             env[node] = g.node_copy(node, lambda a: env[a])
-    results = []
-    for o in outputs:
-        if isinstance(o, _cloned):
-            results.append(g.call_function(aten.clone.default, (env[o.node],)))
-        else:
-            results.append(env[o] if isinstance(o, fx.Node) else o)
+    results = [env[o] if isinstance(o, fx.Node) else o for o in outputs]
+    for i in range(len(results) - cloned, len(results)):
+        results[i] = g.call_function(aten.clone.default, (results[i],))
     g.output(tuple(results))
     return fx.GraphModule(gm, g)
 
@@ -242,4 +234,4 @@ def kept_values(split: SplitStep, stacked, ys) -> list:
     return [stacked[k.index] if k.kind == "stacked" else ys[k.index] if k.kind == "output" else None for k in split.kept]
 
 
-__all__ = ["CONTRACTIONS", "Kept", "SplitStep", "kept_values", "split_step", "differentiable"]
+__all__ = ["CONTRACTIONS", "Kept", "SplitStep", "kept_values", "split_step"]

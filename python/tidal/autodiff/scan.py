@@ -26,8 +26,17 @@ from torch._higher_order_ops.scan import scan_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values, split_into_chunks
 
 from tidal.autodiff import AUTODIFF
-from tidal.autodiff.common import Meta, cotangents, differentiable, dispatch_keys, flat, reversed_steps, trace_body
-from tidal.autodiff.residuals import differentiable_dtype, kept_values, split_step
+from tidal.autodiff.common import (
+    Meta,
+    cotangents,
+    differentiable,
+    differentiable_dtype,
+    dispatch_keys,
+    flat,
+    reversed_steps,
+    trace_body,
+)
+from tidal.autodiff.residuals import kept_values, split_step
 from tidal.tracing import scan_checkpoint
 
 

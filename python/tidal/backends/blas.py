@@ -124,10 +124,7 @@ def _zero_fill_just_before(op, c: ir.Value):
     at = ops.index(op.operation)
     for cand in reversed(ops[:at]):
         if cand.name == "linalg.fill" and cand.operands[1] == c:
-            value = cand.operands[0].owner
-            if isinstance(value, ir.Block) or value.name != "arith.constant":
-                return None
-            return cand if _float_value(value.attributes["value"]) == 0.0 else None
+            return cand if _is_zero(cand.operands[0]) else None
         if any(v == c for v in cand.operands) or _uses_inside(cand, c) or cand.name.endswith(".call"):
             return None
     return None
@@ -247,12 +244,23 @@ def _producer(v: ir.Value, name: str):
     return None if isinstance(owner, ir.Block) or owner.name != name else owner
 
 
+def _is_zero(v: ir.Value) -> bool:
+    """`v` is the float constant 0."""
+    const = _producer(v, "arith.constant")
+    return const is not None and _float_value(const.attributes["value"]) == 0.0
+
+
 def _is_zero_fill(v: ir.Value) -> bool:
     fill = _producer(v, "linalg.fill")
-    if fill is None:
-        return False
-    const = _producer(fill.operands[0], "arith.constant")
-    return const is not None and _float_value(const.attributes["value"]) == 0.0
+    return fill is not None and _is_zero(fill.operands[0])
+
+
+def _untransposed(v: ir.Value) -> tuple[ir.Value, bool]:
+    """The matrix `v` transposes (and True), or `v` itself (and False)."""
+    t = _producer(v, "linalg.transpose")
+    if t is not None and list(ir.DenseI64ArrayAttr(t.attributes["permutation"])) == [1, 0]:
+        return t.operands[0], True
+    return v, False
 
 
 def _is_plain_add(op) -> bool:
@@ -294,17 +302,8 @@ def fold_into_matmul(module_op):
         transposed = _transposes(op)
         if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
             continue
-        a, b, c = op.operands
-        ta, tb = transposed
-        for operand in ("a", "b"):
-            v = a if operand == "a" else b
-            t = _producer(v, "linalg.transpose")
-            if t is None or list(ir.DenseI64ArrayAttr(t.attributes["permutation"])) != [1, 0]:
-                continue
-            if operand == "a":
-                a, ta = t.operands[0], not ta
-            else:
-                b, tb = t.operands[0], not tb
+        (a, flip_a), (b, flip_b), c = _untransposed(op.operands[0]), _untransposed(op.operands[1]), op.operands[2]
+        ta, tb = transposed[0] != flip_a, transposed[1] != flip_b
         users = [u.owner for u in op.results[0].uses]
         accumulate = None
         if len(users) == 1 and _is_zero_fill(c) and _is_plain_add(users[0]):
@@ -315,10 +314,9 @@ def fold_into_matmul(module_op):
         if (ta, tb) == transposed and accumulate is None:
             continue
         # the accumulator may be defined after the matmul, the operands always dominate the add
-        at = accumulate[0] if accumulate else op
-        new = _rebuild(at, a, b, accumulate[1] if accumulate else c, (ta, tb))
+        replaced, init = accumulate if accumulate else (op, c)
+        new = _rebuild(replaced, a, b, init, (ta, tb))
+        replaced.results[0].replace_all_uses_with(new)
         if accumulate:
-            accumulate[0].results[0].replace_all_uses_with(new)
-            accumulate[0].erase()
-        op.results[0].replace_all_uses_with(new) if not accumulate else None
+            replaced.erase()
         op.erase()

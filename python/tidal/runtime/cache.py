@@ -138,10 +138,8 @@ def store(key: str, native: NativeFunction, args: list[TensorSig], results: list
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         obj, so = os.path.join(tmp, "code.o"), os.path.join(tmp, "code.so")
         engine.dump_to_object_file(obj)
-        lib_dir = os.path.dirname(externs.torch_cpu_library())
         # The JIT emits non-PIC (large code model) code: allow text relocations explicitly.
-        cmd = [cc, "-shared", "-o", so, obj, f"-L{lib_dir}", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}", "-lm",
-               "-Wl,-z,notext"]
+        cmd = [cc, "-shared", "-o", so, obj, *externs.torch_link_flags(), "-lm", "-Wl,-z,notext"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             return

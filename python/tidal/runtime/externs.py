@@ -20,6 +20,12 @@ def torch_cpu_library() -> str:
     return os.path.join(torch_dir, "lib", "libtorch_cpu.so")
 
 
+def torch_link_flags() -> list[str]:
+    """`cc` flags linking a shared library against libtorch_cpu (and finding it at run time)."""
+    lib_dir = os.path.dirname(torch_cpu_library())
+    return [f"-L{lib_dir}", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
+
+
 def require(*names: str) -> None:
     """Declare symbols of libtorch_cpu that compiled code may call."""
     _REQUIRED.update(names)

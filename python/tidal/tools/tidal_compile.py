@@ -118,10 +118,9 @@ def export_file(path: str, library: str) -> str:
     if not os.path.isfile(path):
         raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
     module = load_program_module(path)
-    inputs = module.example_inputs if isinstance(module.example_inputs, tuple) else (module.example_inputs,)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        export(module.model, inputs, library, dynamic_shapes=getattr(module, "dynamic_shapes", None), source=path)
+        export(module.model, module.example_inputs, library, dynamic_shapes=getattr(module, "dynamic_shapes", None), source=path)
     header = os.path.splitext(library)[0] + ".h"
     return f"wrote {library} and {header}\n"
 
