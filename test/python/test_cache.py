@@ -53,3 +53,15 @@ def test_corrupt_entry_is_recompiled(tmp_path):
     entry.write_bytes(b"not a shared library")
     again = run(program, tmp_path)
     assert again["compiles"] == 1 and again["disk_hits"] == 0
+
+
+def test_cache_key_depends_on_the_compilers_code(monkeypatch):
+    """An entry compiled by other compiler code (an edited pass in a checkout, same version string)
+    is never reused: the key hashes tidal's backend, conversion and runtime sources."""
+    from tidal.runtime import cache
+
+    real = cache._compiler_fingerprint()
+    assert len(real) == 64
+    key = cache.cache_key("module {}", "main", "pipeline")
+    monkeypatch.setattr(cache, "_compiler_fingerprint", lambda: "other code")
+    assert cache.cache_key("module {}", "main", "pipeline") != key
