@@ -398,3 +398,18 @@ def test_regression_tidal_compile_keyboard_interrupt_traceback(server, tmp_path)
     proc = server.run("tidal-compile", str(path))
     assert proc.returncode in (1, 130), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def accumulate_into(b, x, w):
+    return b + x @ w
+
+
+def test_regression_matmul_accumulating_into_an_input():
+    """Fixed in this commit. Was: `b + x @ w` became a BLAS call accumulating into b's buffer (beta
+    = 1) and One-Shot took the function's argument as writable: the result was right and the
+    caller's `b` was overwritten with it."""
+    b, x, w = torch.randn(4, 5), torch.randn(4, 3), torch.randn(3, 5)
+    before = b.clone()
+    got = torch.compile(accumulate_into, backend="tidal", options={"fallback": "error"})(b, x, w)
+    torch.testing.assert_close(b, before, rtol=0, atol=0)
+    torch.testing.assert_close(got, before + x @ w)

@@ -15,13 +15,15 @@ import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
+# Arguments are the caller's tensors: One-Shot would otherwise treat them as writable and let an op
+# whose destination is an argument (a matmul accumulating into an input, `b + x @ w`) overwrite it.
 # torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
 # bufferization model: One-Shot leaves them to torch-mlir's own tm-tensor-bufferize, which runs
 # right after it, and tm-tensor-to-loops lowers them with the linalg loops. Buffer hoisting then
 # moves a loop body's temporaries of fixed size out of the loop (one allocation, not one per
 # iteration; buffers a loop yields stay inside).
 BUFFERIZE = (
-    "one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
+    "tidal-read-only-arguments, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
     "func.func(tm-tensor-bufferize), canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
@@ -43,6 +45,21 @@ LINALG_TO_LLVM = tidal_pipeline(
     "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
     "reconcile-unrealized-casts, tidal-llvm-contract",
 )
+
+
+@tidal_pass("tidal-read-only-arguments", "Mark every function argument bufferization.writable = false")
+def read_only_arguments(module_op):
+    for op in module_op.regions[0].blocks[0].operations:
+        if op.operation.name != "func.func" or not len(op.regions[0].blocks):
+            continue
+        n = len(op.regions[0].blocks[0].arguments)
+        old = list(ir.ArrayAttr(op.attributes["arg_attrs"])) if "arg_attrs" in op.attributes else [None] * n
+        attrs = []
+        for a in old:
+            entries = {} if a is None else {na.name: na.attr for na in ir.DictAttr(a)}
+            entries["bufferization.writable"] = ir.BoolAttr.get(False)
+            attrs.append(ir.DictAttr.get(entries))
+        op.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
 @tidal_pass("tidal-llvm-contract", "Check that only the LLVM dialect remains (ready for the JIT)")
