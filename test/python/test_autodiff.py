@@ -457,6 +457,54 @@ def test_scan_adjoint_skips_cotangents_nobody_wants():
     assert backward_ir.count("torch.aten.mm ") == 5, backward_ir
 
 
+def _scan_body(ir_text: str) -> str:
+    (scan_op,) = [part for part in ir_text.split('"tidal.scan"')[1:]]
+    return scan_op.split("}) {", 1)[0]
+
+
+def test_scan_contractions_leave_the_loop():
+    """tidal-scan-contractions: x_t·W runs as one matmul of all steps before the forward loop, the
+    weight cotangents as one matmul each after the reverse one; the adjoint loop keeps dh·Uᵀ only."""
+    gen = torch.Generator().manual_seed(6)
+    h0, xs = torch.zeros(4, 8), torch.randn(12, 4, 8, generator=gen)
+    w, u = [(torch.randn(8, 8, generator=gen) * 0.3).requires_grad_() for _ in range(2)]
+    forward_ir, backward_ir = training_ir(rnn, h0, xs, w, u, stage="tidal")
+    assert "!torch.vtensor<[48,8],f32>" in forward_ir.split('"tidal.scan"')[0]  # [T·B, H] before the loop
+    assert _scan_body(forward_ir).count("torch.aten.mm ") == 1, forward_ir
+    assert _scan_body(backward_ir).count("torch.aten.mm ") == 1, backward_ir
+    assert backward_ir.count("torch.aten.mm ") == 3, backward_ir
+    compiled = torch.compile(rnn, backend="tidal", fullgraph=True, options=STRICT)
+    _grads_vs_python_loop(compiled, rnn, (h0, xs, w, u), (w, u), rtol=1e-4, atol=1e-5)
+
+
+def sum_of_products(acc0, a, b):
+    """Σ_t a_t·b_tᵀ in a carry: neither factor is stacked transposed (the general concatenation)."""
+
+    def step(acc, ab):
+        a_t, b_t = ab
+        return acc + a_t @ b_t.t(), a_t.sum(0)
+
+    return scan(step, acc0, (a, b))
+
+
+@pytest.mark.parametrize("length", [7, None])
+def test_accumulated_products_sum_after_the_loop(length, tmp_path):
+    gen = torch.Generator().manual_seed(7)
+    args = (torch.randn(3, 5, generator=gen), torch.randn(7, 3, 4, generator=gen), torch.randn(7, 5, 4, generator=gen))
+    compiled = torch.compile(sum_of_products, backend="tidal", fullgraph=True,
+                             options={**STRICT, "dump_dir": str(tmp_path)})
+    if length is None:
+        torch._dynamo.mark_dynamic(args[1], 0)
+        torch._dynamo.mark_dynamic(args[2], 0)
+    with torch.no_grad():
+        got = compiled(*args)
+    with python_loops(sum_of_products):
+        expected = sum_of_products(*args)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    (tidal_ir,) = tmp_path.glob("graph*/01-tidal.mlir")
+    assert "num_carries = 0" in tidal_ir.read_text()
+
+
 def test_scan_of_dynamic_length_differentiates(compiled_graphs):
     """A length marked dynamic: the step is cut only in the backward (symbolic shapes), keeping
     nothing; gradients as the Python loop's for every length, one compiled graph."""

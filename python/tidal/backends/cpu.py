@@ -28,10 +28,13 @@ BUFFERIZE = (
     "func.func(tm-tensor-bufferize), canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
 
+# tidal-fold-into-matmul runs before elementwise fusion too: fusion would otherwise merge a
+# transpose feeding a matmul with the reshape before it into a generic copy (the [H, T·B] operand
+# of a weight cotangent summed after a scan), and BLAS could no longer read it transposed.
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-hide-contractions, "
+    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, canonicalize, "

@@ -203,7 +203,7 @@ def backend_contract(module_op):
 TORCH_BACKEND_PASSES = (
     "tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
     "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
-    "tidal-nan-semantics, tidal-fold-reversals"
+    "tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
@@ -223,7 +223,7 @@ TORCH_SIMPLIFY = tidal_pipeline(
 )
 _SIMPLIFIED_TO_LINALG = (
     f"{LINALG_PASSES}, tidal-retype, canonicalize, "
-    "func.func(torch-finalizing-backend-type-conversion), canonicalize, tidal-backend-contract"
+    "func.func(torch-finalizing-backend-type-conversion), lower-affine, canonicalize, tidal-backend-contract"
 )
 TORCH_TO_LINALG_FROM_SIMPLIFIED = tidal_pipeline(
     "tidal-torch-to-linalg-from-simplified",

@@ -1,0 +1,355 @@
+"""`tidal-scan-contractions`: a scan's thin per-step matmuls run once, at full width, outside it.
+
+Hoisting: a step that multiplies its slice x_t [B, I] by a loop-invariant weight W repeats a thin
+[B, I]·[I, N] matmul T times; the stacked xs [T, B, I] times W is one [T·B, I]·[I, N] matmul before
+the loop, and the step reads its row block of the product as one more xs (what cuDNN does with an
+RNN's input projection). A product much larger than the slice it comes from is left in the loop: a
+scan over chunks may exist precisely so that the whole product (a vocabulary's logits) never lives.
+
+Sinking: a carry that only accumulates products, acc' = acc + A_t·B_t (a weight's cotangent in a
+reverse scan, the contraction over the batch rows), is Σ_t A_t·B_t: one matmul after the loop over
+the per-step operands stacked along the contracted dim. The carry goes; an operand that is a slice
+of an xs is read from that xs, any other is stacked as one more output of the scan. A transposed
+operand is stacked untransposed, so that stacking along dim 0 is already the concatenation along
+the contracted dim and the transpose folds into the BLAS call.
+
+Both need the scanned dim to be 0 (stacked rows are contiguous) and rank-2 matmuls (`aten.mm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch_mlir import ir
+
+from tidal.dialects.build import build_yield, create_region_op, i64_attr
+from tidal.passes.registry import ops_named, tidal_pass
+
+# How much larger than the slice it reads a hoisted product may be per step, unless the scan already
+# stacks a per-step output at least that large (an RNN's hidden states). A GRU's three gates from an
+# input half the hidden width are 6x; a vocabulary's logits from a hidden state are 30x and more.
+MAX_HOIST_GROWTH = 8
+
+
+def _producer(value: ir.Value):
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner
+
+
+def _tensor_type(t: ir.Type):
+    """(shape with None for dynamic dims, dtype text) of a `!torch.vtensor<[..],dt>`, else None."""
+    text = str(t)
+    if not text.startswith("!torch.vtensor<[") or not text.endswith(">"):
+        return None
+    dims, dtype = text[len("!torch.vtensor<[") : -1].split("],", 1)
+    shape = [] if dims == "" else [None if d == "?" else int(d) for d in dims.split(",")]
+    return shape, dtype
+
+
+def _vtensor(shape, dtype: str) -> ir.Type:
+    return ir.Type.parse(f"!torch.vtensor<[{','.join('?' if d is None else str(d) for d in shape)}],{dtype}>")
+
+
+def _numel(shape) -> int | None:
+    n = 1
+    for d in shape:
+        if d is None:
+            return None
+        n *= d
+    return n
+
+
+def _const_int_value(value: ir.Value) -> int | None:
+    op = _producer(value)
+    if op is None or op.name != "torch.constant.int":
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
+
+
+def _int_list(value: ir.Value) -> list[int] | None:
+    op = _producer(value)
+    if op is None or op.name != "torch.prim.ListConstruct":
+        return None
+    items = [_const_int_value(v) for v in op.operands]
+    return None if any(i is None for i in items) else items
+
+
+def _untransposed(value: ir.Value):
+    """(v, the transpose op) when `value` is a 2-D transpose of v, else (value, None)."""
+    op = _producer(value)
+    if op is not None:
+        if op.name == "torch.aten.t":
+            return op.operands[0], op
+        if op.name == "torch.aten.permute" and _int_list(op.operands[1]) == [1, 0]:
+            return op.operands[0], op
+        if op.name == "torch.aten.transpose.int":
+            dims = [_const_int_value(v) for v in op.operands[1:3]]
+            if None not in dims and {d % 2 for d in dims} == {0, 1}:
+                return op.operands[0], op
+    return value, None
+
+
+def _same(a, b) -> bool:
+    return a.operation == b.operation
+
+
+class _Builder:
+    """torch ops inserted before an insertion point (the scan for hoists, after it for sinks)."""
+
+    def __init__(self, loc):
+        self.loc = loc
+
+    def op(self, name, operands, result_type, attributes=None):
+        return ir.Operation.create(name, results=[result_type], operands=list(operands),
+                                   attributes=attributes or {}, loc=self.loc).result
+
+    def int(self, v: int):
+        return self.op("torch.constant.int", [], ir.Type.parse("!torch.int"),
+                       {"value": i64_attr(v)})
+
+    def int_list(self, items):
+        return self.op("torch.prim.ListConstruct", items, ir.Type.parse("!torch.list<int>"))
+
+    def size(self, value, dim):
+        return self.op("torch.aten.size.int", [value, self.int(dim)], ir.Type.parse("!torch.int"))
+
+    def flatten(self, value, start, end):
+        shape, dtype = _tensor_type(value.type)
+        merged = _numel(shape[start : end + 1])
+        out = shape[:start] + [merged] + shape[end + 1 :]
+        return self.op("torch.aten.flatten.using_ints", [value, self.int(start), self.int(end)], _vtensor(out, dtype))
+
+    def permute(self, value, dims):
+        shape, dtype = _tensor_type(value.type)
+        return self.op("torch.aten.permute", [value, self.int_list([self.int(d) for d in dims])],
+                       _vtensor([shape[d] for d in dims], dtype))
+
+    def mm(self, a, b):
+        (m, _), dtype = _tensor_type(a.type)
+        (_, n), _ = _tensor_type(b.type)
+        return self.op("torch.aten.mm", [a, b], _vtensor([m, n], dtype))
+
+    def view_like_rows(self, flat, stacked, n):
+        """`flat` [T·B, N] viewed as [T, B, N], T and B taken from `stacked` [T, B, ...]."""
+        shape, dtype = _tensor_type(stacked.type)
+        sizes = [self.int(d) if d is not None else self.size(stacked, i) for i, d in enumerate(shape[:2])]
+        return self.op("torch.aten.view", [flat, self.int_list(sizes + [self.int(n)])],
+                       _vtensor(shape[:2] + [n], _tensor_type(flat.type)[1]))
+
+    def add(self, a, b):
+        return self.op("torch.aten.add.Tensor", [a, b, self.int(1)], a.type)
+
+
+@dataclass
+class _Plan:
+    hoists: list = field(default_factory=list)  # (mm op, xs index, const index)
+    sinks: list = field(default_factory=list)  # (carry index, add op, mm op)
+
+
+class _Scan:
+    def __init__(self, op):
+        self.op = op
+        self.n = ir.IntegerAttr(op.attributes["num_carries"]).value
+        self.k = ir.IntegerAttr(op.attributes["num_xs"]).value
+        self.body = op.regions[0].blocks[0]
+        self.args = list(self.body.arguments)
+        self.operands = list(op.operands)
+        self.yield_op = list(self.body.operations)[-1]
+
+    def role(self, value):
+        """('carry'|'xs'|'const', index) of a body argument, None for any other value."""
+        if not isinstance(value.owner, ir.Block) or value.owner != self.body:
+            return None
+        i = next(j for j, a in enumerate(self.args) if a == value)
+        if i < self.n:
+            return "carry", i
+        if i < self.n + self.k:
+            return "xs", i - self.n
+        return "const", i - self.n - self.k
+
+    def largest_stacked_step(self) -> int:
+        types = [_tensor_type(v.type) for v in list(self.yield_op.operands)[self.n :]]
+        sizes = [_numel(t[0]) for t in types if t is not None]
+        return max([s for s in sizes if s is not None], default=0)
+
+
+def _single_use(value: ir.Value):
+    uses = list(value.uses)
+    return uses[0] if len(uses) == 1 else None
+
+
+def _hoistable(scan: _Scan, mm, stacked_step: int):
+    """(xs index, const index) when `mm` is x_t·W with a product not much larger than x_t."""
+    lhs, rhs = scan.role(mm.operands[0]), scan.role(mm.operands[1])
+    if not (lhs and rhs and lhs[0] == "xs" and rhs[0] == "const"):
+        return None
+    (rows, inner), _ = _tensor_type(mm.operands[0].type)
+    (_, cols), _ = _tensor_type(mm.operands[1].type)
+    if rows is None or inner is None or cols is None:
+        return None
+    product = rows * cols
+    if product > MAX_HOIST_GROWTH * rows * inner and product > stacked_step:
+        return None
+    return lhs[1], rhs[1]
+
+
+def _sinkable(scan: _Scan, i: int):
+    """(add, mm) when carry i is only ever acc + A_t·B_t with both factors varying per step."""
+    use = _single_use(scan.args[i])
+    add = use.owner if use else None
+    if add is None or add.name != "torch.aten.add.Tensor" or _const_int_value(add.operands[2]) != 1:
+        return None
+    product = add.operands[1] if use.operand_number == 0 else add.operands[0]
+    mm = _producer(product)
+    if mm is None or mm.name != "torch.aten.mm" or _single_use(product) is None:
+        return None
+    if product.type != scan.args[i].type or not _tensor_type(product.type)[1].startswith("f"):
+        return None  # a broadcasting or mixed-dtype accumulation
+    out_use = _single_use(add.result)
+    if out_use is None or not _same(out_use.owner, scan.yield_op) or out_use.operand_number != i:
+        return None
+    for factor in mm.operands:
+        role = scan.role(_untransposed(factor)[0])
+        if role and role[0] == "const":
+            return None  # Σ_t C·B_t is C·ΣB_t: nothing to stack
+    return add, mm
+
+
+def _plan(scan: _Scan) -> _Plan:
+    plan = _Plan()
+    stacked_step = scan.largest_stacked_step()
+    for op in list(scan.body.operations):
+        if op.name == "torch.aten.mm":
+            where = _hoistable(scan, op, stacked_step)
+            if where:
+                plan.hoists.append((op, *where))
+    for i in range(scan.n):
+        found = _sinkable(scan, i)
+        if found:
+            plan.sinks.append((i, *found))
+    return plan
+
+
+def _rewrite(scan: _Scan, plan: _Plan) -> None:
+    op, n, k = scan.op, scan.n, scan.k
+    b = _Builder(op.location)
+    init, xs, consts = scan.operands[:n], scan.operands[n : n + k], scan.operands[n + k :]
+
+    with ir.InsertionPoint(op):
+        new_xs = [
+            b.view_like_rows(b.mm(b.flatten(xs[xi], 0, 1), consts[ci]), xs[xi], _tensor_type(mm.result.type)[0][1])
+            for mm, xi, ci in plan.hoists
+        ]
+
+    # Where each sunk product's factors come from after the loop: an xs (old or hoisted) as it is,
+    # or a new stacked output of the scan.
+    extra_ys: list[ir.Value] = []
+
+    def stacked(value):
+        role = scan.role(value)
+        if role and role[0] == "xs":
+            return xs[role[1]]
+        for h, (mm, _, _) in enumerate(plan.hoists):
+            if value == mm.result:
+                return new_xs[h]
+        for j, v in enumerate(extra_ys):
+            if v == value:
+                return j
+        extra_ys.append(value)
+        return len(extra_ys) - 1
+
+    factors, transposes = [], []
+    for _, _, mm in plan.sinks:
+        (a, a_t), (f, f_t) = _untransposed(mm.operands[0]), _untransposed(mm.operands[1])
+        factors.append(((stacked(a), a_t is not None), (stacked(f), f_t is not None)))
+        transposes += [t for t in (a_t, f_t) if t is not None]
+
+    dropped = {i for i, _, _ in plan.sinks}
+    kept = [i for i in range(n) if i not in dropped]
+    num_ys = len(op.results) - n
+    length = _tensor_type(xs[0].type)[0][0]
+    with ir.InsertionPoint(op):
+        new_op = create_region_op(
+            op.name,
+            results=[init[i].type for i in kept] + [r.type for r in list(op.results)[n:]]
+            + [_vtensor([length] + _tensor_type(v.type)[0], _tensor_type(v.type)[1]) for v in extra_ys],
+            operands=[init[i] for i in kept] + xs + new_xs + consts,
+            attributes={name: op.attributes[name] for name in op.attributes},
+            region_arg_types=[[init[i].type for i in kept] + [a.type for a in scan.args[n : n + k]]
+                              + [_slice_type(v) for v in new_xs] + [c.type for c in consts]],
+            loc=op.location,
+        )
+    new_op.attributes["num_carries"] = i64_attr(len(kept))
+    new_op.attributes["num_xs"] = i64_attr(k + len(new_xs))
+
+    body = new_op.regions[0].blocks[0]
+    new_args = list(body.arguments)
+    arg_map = dict(zip(kept, new_args))
+    arg_map.update({n + j: new_args[len(kept) + j] for j in range(k)})
+    arg_map.update({n + k + j: new_args[len(kept) + k + len(new_xs) + j] for j in range(len(consts))})
+    for o in list(scan.body.operations):
+        body.append(o)
+    for idx, new_arg in arg_map.items():
+        scan.args[idx].replace_all_uses_with(new_arg)
+    for h, (mm, _, _) in enumerate(plan.hoists):
+        mm.result.replace_all_uses_with(new_args[len(kept) + k + h])
+        mm.erase()
+    yielded = list(scan.yield_op.operands)  # read after the replacements: a yield may return an argument
+    old_ys = yielded[n:]
+    with ir.InsertionPoint(scan.yield_op):
+        build_yield([yielded[i] for i in kept] + old_ys + [_renamed(v, scan, arg_map) for v in extra_ys],
+                    scan.yield_op.location)
+    scan.yield_op.erase()
+    for _, add, mm in plan.sinks:
+        add.erase()
+        mm.erase()
+    for t in transposes:
+        if not list(t.result.uses):
+            t.erase()
+
+    old_results, new_results = list(op.results), list(new_op.results)
+    for pos, i in enumerate(kept):
+        old_results[i].replace_all_uses_with(new_results[pos])
+    for j in range(num_ys):
+        old_results[n + j].replace_all_uses_with(new_results[len(kept) + j])
+    with ir.InsertionPoint(op):
+        for (i, _, _), ((sa, a_t), (sf, f_t)) in zip(plan.sinks, factors):
+            sa = new_results[len(kept) + num_ys + sa] if isinstance(sa, int) else sa
+            sf = new_results[len(kept) + num_ys + sf] if isinstance(sf, int) else sf
+            # Σ_t A_t·B_t = [A_1 … A_T]·[B_1; …; B_T] = [A_1ᵀ; …; A_Tᵀ]ᵀ·[B_1; …; B_T]: only leading
+            # dims are merged (a dynamic length stays one dim), the outer transpose is BLAS's flag.
+            a_rows = b.flatten(sa if a_t else b.permute(sa, [0, 2, 1]), 0, 1)
+            b_cat = b.flatten(b.permute(sf, [0, 2, 1]) if f_t else sf, 0, 1)
+            a_cat = b.permute(a_rows, [1, 0])
+            old_results[i].replace_all_uses_with(b.add(init[i], b.mm(a_cat, b_cat)))
+    op.erase()
+
+
+def _renamed(value, scan: _Scan, arg_map):
+    """`value` in the new body: an old body argument maps to its new one."""
+    if isinstance(value.owner, ir.Block) and value.owner == scan.body:
+        return arg_map[next(j for j, a in enumerate(scan.args) if a == value)]
+    return value
+
+
+def _slice_type(value):
+    shape, dtype = _tensor_type(value.type)
+    return _vtensor(shape[1:], dtype)
+
+
+def _eligible(op) -> bool:
+    if ir.IntegerAttr(op.attributes["dim"]).value != 0 or len(op.regions[0].blocks) != 1:
+        return False
+    return all(_tensor_type(v.type) is not None for v in op.operands)
+
+
+@tidal_pass("tidal-scan-contractions",
+            "Hoist a scan's per-step matmuls of xs by weights before it; sink accumulated matmuls after it")
+def scan_contractions(module_op):
+    for op in ops_named(module_op, {"tidal.scan"}):
+        if not _eligible(op):
+            continue
+        scan = _Scan(op)
+        plan = _plan(scan)
+        if plan.hoists or plan.sinks:
+            _rewrite(scan, plan)
