@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import functools
+import threading
 
 import torch
 from torch_mlir import ir
@@ -34,17 +36,20 @@ def _sig(t: ir.Type) -> TensorSig:
 class NativeFunction:
     """Calls a compiled `_mlir_ciface_<name>` on torch tensors.
 
-    `entry(result_ptr, *arg_descriptor_ptrs)` is either the JIT engine's packed wrapper or the C
-    function of a cached shared library; `keepalive` holds what owns the code.
+    `bind(result, descriptors)` returns a callable that runs the code on those (ctypes) structs:
+    it is either the JIT engine's packed wrapper or the C function of a cached shared library;
+    `keepalive` holds what owns the code. Each thread fills its own descriptors, made and bound
+    once: a call writes a few fields and enters the code, with no ctypes objects made per call.
     """
 
-    def __init__(self, entry, keepalive, args: list[TensorSig], results: list[TensorSig]):
-        self.entry = entry
+    def __init__(self, bind, keepalive, args: list[TensorSig], results: list[TensorSig]):
+        self.bind = bind
         self.keepalive = keepalive
         self.args = args
         self.results = results
         self._arg_types = [descriptor_type(s.rank) for s in args]
         self._result_type = results_type(results)
+        self._per_thread = threading.local()
 
     @classmethod
     def from_llvm_module(cls, llvm_module: ir.Module, func_name: str, args, results, opt_level: int = 3):
@@ -55,11 +60,12 @@ class NativeFunction:
         packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
         slots = ctypes.c_void_p * (1 + len(args))
 
-        def entry(out, *descs):
+        def bind(out, descs):
             pointers = [ctypes.pointer(out), *[ctypes.pointer(d) for d in descs]]
-            packed(slots(*[ctypes.addressof(p) for p in pointers]))
+            table = slots(*[ctypes.addressof(p) for p in pointers])
+            return functools.partial(_call_packed, packed, table, pointers)
 
-        return cls(entry, engine, args, results)
+        return cls(bind, engine, args, results)
 
     @classmethod
     def from_shared_library(cls, path: str, func_name: str, args, results):
@@ -70,23 +76,26 @@ class NativeFunction:
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * (1 + len(args))
 
-        def entry(out, *descs):
-            fn(ctypes.addressof(out), *[ctypes.addressof(d) for d in descs])
+        def bind(out, descs):
+            return functools.partial(fn, ctypes.addressof(out), *[ctypes.addressof(d) for d in descs])
 
-        return cls(entry, lib, args, results)
+        return cls(bind, lib, args, results)
+
+    def _bound(self):
+        state = getattr(self._per_thread, "state", None)
+        if state is None:
+            out, descs = self._result_type(), [t() for t in self._arg_types]
+            state = self._per_thread.state = (out, descs, self.bind(out, descs))
+        return state
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         if len(tensors) != len(self.args):
             raise TypeError(f"expected {len(self.args)} tensors, got {len(tensors)}")
-        keep, descs = [], []
-        for i, (t, sig, dtype) in enumerate(zip(tensors, self.args, self._arg_types)):
-            t = self._check_arg(i, t, sig)
-            keep.append(t)
-            d = dtype()
+        out, descs, run = self._bound()
+        keep = [self._check_arg(i, t, sig) for i, (t, sig) in enumerate(zip(tensors, self.args))]
+        for d, t in zip(descs, keep):
             fill_descriptor(d, t)
-            descs.append(d)
-        out = self._result_type()
-        self.entry(out, *descs)
+        run()
         errors.raise_pending()
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
         adopted: set[int] = set()
@@ -115,3 +124,8 @@ class NativeFunction:
         if t.dim() != sig.rank or any(s is not None and s != d for s, d in zip(sig.shape, t.shape)):
             raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
         return t.contiguous()
+
+
+def _call_packed(packed, table, _pointers):
+    """`_pointers` keeps the pointer objects that `table` holds the addresses of alive."""
+    packed(table)
