@@ -8,7 +8,9 @@ scan over chunks may exist precisely so that the whole product (a vocabulary's l
 
 Sinking: a carry that only accumulates products, acc' = acc + A_t·B_t (a weight's cotangent in a
 reverse scan, the contraction over the batch rows), is Σ_t A_t·B_t: one matmul after the loop over
-the per-step operands stacked along the contracted dim. The carry goes; an operand that is a slice
+the per-step operands stacked along the contracted dim. A carry that accumulates sums over some dims
+(a bias's cotangent) is one sum after the loop, over time and those dims; with the weights' ones
+gone, an RNN's adjoint step no longer mixes batch rows at all (the GPU runs it as one kernel). The carry goes; an operand that is a slice
 of an xs is read from that xs, any other is stacked as one more output of the scan. A transposed
 operand is stacked untransposed, so that stacking along dim 0 is already the concatenation along
 the contracted dim and the transpose folds into the BLAS call.
@@ -136,6 +138,20 @@ class _Builder:
         return self.op("torch.aten.view", [flat, self.int_list(sizes + [self.int(n)])],
                        _vtensor(shape[:2] + [n], _tensor_type(flat.type)[1]))
 
+    def sum_dims(self, value, dims):
+        shape, dtype = _tensor_type(value.type)
+        out = [d for i, d in enumerate(shape) if i not in dims]
+        keepdim = self.op("torch.constant.bool", [], ir.Type.parse("!torch.bool"), {"value": ir.BoolAttr.get(False)})
+        none = self.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
+        return self.op("torch.aten.sum.dim_IntList", [value, self.int_list([self.int(d) for d in dims]), keepdim, none],
+                       _vtensor(out, dtype))
+
+    def view(self, value, shape):
+        if _tensor_type(value.type)[0] == list(shape):
+            return value
+        return self.op("torch.aten.view", [value, self.int_list([self.int(d) for d in shape])],
+                       _vtensor(shape, _tensor_type(value.type)[1]))
+
     def add(self, a, b):
         return self.op("torch.aten.add.Tensor", [a, b, self.int(1)], a.type)
 
@@ -143,7 +159,7 @@ class _Builder:
 @dataclass
 class _Plan:
     hoists: list = field(default_factory=list)  # (mm op, xs index, const index)
-    sinks: list = field(default_factory=list)  # (carry index, add op, mm op)
+    sinks: list = field(default_factory=list)  # (carry index, add op, mm op or _summed's tuple)
 
 
 class _Scan:
@@ -193,28 +209,50 @@ def _hoistable(scan: _Scan, mm, stacked_step: int):
     return lhs[1], rhs[1]
 
 
+def _summed(value):
+    """(sum op, view op or None, the summed value, dims) when `value` is sum.dim_IntList(v, dims)
+    over constant dims, possibly viewed (keepdim's 1s dropped), each used once."""
+    view = _producer(value)
+    if view is not None and view.name == "torch.aten.view" and _single_use(view.operands[0]) is not None:
+        value = view.operands[0]
+    else:
+        view = None
+    total = _producer(value)
+    if total is None or total.name != "torch.aten.sum.dim_IntList" or _single_use(value) is None:
+        return None
+    dims, dtype = _int_list(total.operands[1]), _producer(total.operands[3])
+    if dims is None or dtype is None or dtype.name != "torch.constant.none":
+        return None
+    rank = len(_tensor_type(total.operands[0].type)[0])
+    # no dims is every dim (sum.dim_IntList's convention for a full sum)
+    return total, view, total.operands[0], sorted({d % rank for d in dims}) if dims else list(range(rank))
+
+
 def _sinkable(scan: _Scan, i: int):
-    """(add, mm) when carry i is only ever acc + A_t·B_t with both factors varying per step."""
+    """(add, term) when carry i is only ever acc + term, the term a product A_t·B_t of factors that
+    vary per step, or a sum over some dims of a value that does (a bias's cotangent)."""
     use = _single_use(scan.args[i])
     add = use.owner if use else None
     if add is None or add.name != "torch.aten.add.Tensor" or _const_int_value(add.operands[2]) != 1:
         return None
-    product = add.operands[1] if use.operand_number == 0 else add.operands[0]
-    mm = _producer(product)
-    if mm is None or mm.name != "torch.aten.mm" or _single_use(product) is None:
-        return None
-    if product.type != scan.args[i].type or not _tensor_type(product.type)[1].startswith("f"):
+    term = add.operands[1] if use.operand_number == 0 else add.operands[0]
+    acc_type = _tensor_type(scan.args[i].type)
+    if term.type != scan.args[i].type or not acc_type[1].startswith("f"):
         return None  # a broadcasting or mixed-dtype accumulation
     out_use = _single_use(add.result)
     if out_use is None or not _same(out_use.owner, scan.yield_op) or out_use.operand_number != i:
         return None
-    for factor in mm.operands:
-        role = scan.role(_untransposed(factor)[0])
-        if role and role[0] == "const":
-            return None  # Σ_t C·B_t is C·ΣB_t: nothing to stack
-    return add, mm
-
-
+    mm = _producer(term)
+    if mm is not None and mm.name == "torch.aten.mm" and _single_use(term) is not None:
+        for factor in mm.operands:
+            role = scan.role(_untransposed(factor)[0])
+            if role and role[0] == "const":
+                return None  # Σ_t C·B_t is C·ΣB_t: nothing to stack
+        return add, mm
+    summed = _summed(term)
+    if summed is None or None in acc_type[0] or (scan.role(summed[2]) or ("",))[0] == "const":
+        return None
+    return add, summed
 def _plan(scan: _Scan) -> _Plan:
     plan = _Plan()
     stacked_step = scan.largest_stacked_step()
@@ -252,6 +290,9 @@ def _rewrite(scan: _Scan, plan: _Plan) -> None:
         for h, (mm, _, _) in enumerate(plan.hoists):
             if value == mm.result:
                 return new_xs[h]
+        for j, v in enumerate(list(scan.yield_op.operands)[n:]):
+            if v == value:
+                return -1 - j  # already a stacked output of the scan
         for j, v in enumerate(extra_ys):
             if v == value:
                 return j
@@ -259,8 +300,11 @@ def _rewrite(scan: _Scan, plan: _Plan) -> None:
         return len(extra_ys) - 1
 
     factors, transposes = [], []
-    for _, _, mm in plan.sinks:
-        (a, a_t), (f, f_t) = _untransposed(mm.operands[0]), _untransposed(mm.operands[1])
+    for _, _, term in plan.sinks:
+        if isinstance(term, tuple):  # a sum: its summed value stacked
+            factors.append(stacked(term[2]))
+            continue
+        (a, a_t), (f, f_t) = _untransposed(term.operands[0]), _untransposed(term.operands[1])
         factors.append(((stacked(a), a_t is not None), (stacked(f), f_t is not None)))
         transposes += [t for t in (a_t, f_t) if t is not None]
 
@@ -300,9 +344,11 @@ def _rewrite(scan: _Scan, plan: _Plan) -> None:
         build_yield([yielded[i] for i in kept] + old_ys + [_renamed(v, scan, arg_map) for v in extra_ys],
                     scan.yield_op.location)
     scan.yield_op.erase()
-    for _, add, mm in plan.sinks:
+    for _, add, term in plan.sinks:
         add.erase()
-        mm.erase()
+        for dead in ([term[1], term[0]] if isinstance(term, tuple) else [term]):
+            if dead is not None:
+                dead.erase()
     for t in transposes:
         if not list(t.result.uses):
             t.erase()
@@ -313,9 +359,18 @@ def _rewrite(scan: _Scan, plan: _Plan) -> None:
     for j in range(num_ys):
         old_results[n + j].replace_all_uses_with(new_results[len(kept) + j])
     with ir.InsertionPoint(op):
-        for (i, _, _), ((sa, a_t), (sf, f_t)) in zip(plan.sinks, factors):
-            sa = new_results[len(kept) + num_ys + sa] if isinstance(sa, int) else sa
-            sf = new_results[len(kept) + num_ys + sf] if isinstance(sf, int) else sf
+        def source(f):
+            if not isinstance(f, int):
+                return f
+            return new_results[len(kept) + (-1 - f if f < 0 else num_ys + f)]
+
+        for (i, _, term), factor in zip(plan.sinks, factors):
+            if isinstance(term, tuple):  # Σ_t sum_dims(v_t) = one sum of the stacked v over time and dims
+                total = b.sum_dims(source(factor), [0] + [d + 1 for d in term[3]])
+                old_results[i].replace_all_uses_with(b.add(init[i], b.view(total, _tensor_type(init[i].type)[0])))
+                continue
+            (sa, a_t), (sf, f_t) = factor
+            sa, sf = source(sa), source(sf)
             # Σ_t A_t·B_t = [A_1 … A_T]·[B_1; …; B_T] = [A_1ᵀ; …; A_Tᵀ]ᵀ·[B_1; …; B_T]: only leading
             # dims are merged (a dynamic length stays one dim), the outer transpose is BLAS's flag.
             a_rows = b.flatten(sa if a_t else b.permute(sa, [0, 2, 1]), 0, 1)

@@ -122,3 +122,50 @@ func.func @acc_also_read(%g: !torch.vtensor<[4,8],f32>, %xs: !torch.vtensor<[6,4
   }) {dim = 0 : i64, num_carries = 2 : i64, num_xs = 1 : i64, reverse = false} : (!torch.vtensor<[4,8],f32>, !torch.vtensor<[8,8],f32>, !torch.vtensor<[6,4,8],f32>) -> (!torch.vtensor<[4,8],f32>, !torch.vtensor<[8,8],f32>)
   return %r#1 : !torch.vtensor<[8,8],f32>
 }
+
+// A bias's cotangent, Σ_t sum over the rows of g_t, is one sum after the loop over time and rows.
+// CHECK-LABEL: func.func @bias_sum
+// CHECK:       %[[S:.+]]:2 = "tidal.scan"
+// CHECK:       num_carries = 1 : i64
+// CHECK:       %[[T:.+]] = torch.aten.sum.dim_IntList %[[S]]#1, %{{.+}}, %false, %none : !torch.vtensor<[6,4,8],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[8],f32>
+// CHECK:       torch.aten.add.Tensor %arg1, %[[T]]
+func.func @bias_sum(%g: !torch.vtensor<[4,8],f32>, %db: !torch.vtensor<[8],f32>, %xs: !torch.vtensor<[6,4,8],f32>) -> !torch.vtensor<[8],f32> {
+  %r:2 = "tidal.scan"(%g, %db, %xs) ({
+  ^bb0(%c: !torch.vtensor<[4,8],f32>, %acc: !torch.vtensor<[8],f32>, %x: !torch.vtensor<[4,8],f32>):
+    %int0 = torch.constant.int 0
+    %int1 = torch.constant.int 1
+    %int8 = torch.constant.int 8
+    %true = torch.constant.bool true
+    %none = torch.constant.none
+    %p = torch.aten.mul.Tensor %c, %x : !torch.vtensor<[4,8],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[4,8],f32>
+    %dims = torch.prim.ListConstruct %int0 : (!torch.int) -> !torch.list<int>
+    %s = torch.aten.sum.dim_IntList %p, %dims, %true, %none : !torch.vtensor<[4,8],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[1,8],f32>
+    %shape = torch.prim.ListConstruct %int8 : (!torch.int) -> !torch.list<int>
+    %v = torch.aten.view %s, %shape : !torch.vtensor<[1,8],f32>, !torch.list<int> -> !torch.vtensor<[8],f32>
+    %acc2 = torch.aten.add.Tensor %acc, %v, %int1 : !torch.vtensor<[8],f32>, !torch.vtensor<[8],f32>, !torch.int -> !torch.vtensor<[8],f32>
+    "tidal.yield"(%p, %acc2) : (!torch.vtensor<[4,8],f32>, !torch.vtensor<[8],f32>) -> ()
+  }) {dim = 0 : i64, num_carries = 2 : i64, num_xs = 1 : i64, reverse = true} : (!torch.vtensor<[4,8],f32>, !torch.vtensor<[8],f32>, !torch.vtensor<[6,4,8],f32>) -> (!torch.vtensor<[4,8],f32>, !torch.vtensor<[8],f32>)
+  return %r#1 : !torch.vtensor<[8],f32>
+}
+
+// No dims is every dim: a loss summed over each chunk is one sum of every chunk's terms, read from
+// the output the scan already stacks (no second copy of it).
+// CHECK-LABEL: func.func @full_sum
+// CHECK:       %[[S:.+]] = "tidal.scan"(%arg1)
+// CHECK:       num_carries = 0 : i64
+// CHECK-SAME:  -> !torch.vtensor<[6,4],f32>
+// CHECK:       torch.aten.sum.dim_IntList %[[S]], {{.+}} : !torch.vtensor<[6,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
+func.func @full_sum(%l: !torch.vtensor<[],f32>, %xs: !torch.vtensor<[6,4],f32>) -> !torch.vtensor<[],f32> {
+  %r:2 = "tidal.scan"(%l, %xs) ({
+  ^bb0(%acc: !torch.vtensor<[],f32>, %x: !torch.vtensor<[4],f32>):
+    %int1 = torch.constant.int 1
+    %false = torch.constant.bool false
+    %none = torch.constant.none
+    %e = torch.aten.exp %x : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+    %dims = torch.prim.ListConstruct : () -> !torch.list<int>
+    %s = torch.aten.sum.dim_IntList %e, %dims, %false, %none : !torch.vtensor<[4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
+    %acc2 = torch.aten.add.Tensor %acc, %s, %int1 : !torch.vtensor<[],f32>, !torch.vtensor<[],f32>, !torch.int -> !torch.vtensor<[],f32>
+    "tidal.yield"(%acc2, %e) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> ()
+  }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 1 : i64, reverse = false} : (!torch.vtensor<[],f32>, !torch.vtensor<[6,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[6,4],f32>)
+  return %r#0 : !torch.vtensor<[],f32>
+}
