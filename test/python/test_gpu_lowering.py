@@ -107,3 +107,16 @@ def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line():
     message = info.value.format()
     assert "associative_scan needs an elementwise combine" in message
     assert "test_gpu_lowering.py:" in message
+
+
+def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():
+    """An RNN cell (rows never mix): ONE kernel per program block of batch rows, with the time loop
+    (`scf.for` over T) and the cell's matmul (`tt.dot`) inside; the input projection x_t·W was
+    hoisted out of the scan (one matmul before it, an ATen call), so the loop reads x_t·W."""
+    program = _gpu_program(CORPUS / "rnn_scan_wide.py")
+    kernels = program.kernels_for_emit()
+    assert [k.name for k in kernels] == ["tidal_scan_rows_1"], [k.name for k in kernels]
+    ttir = kernel_asm(kernels[0], "ttir", ("cuda", 90))
+    loop = ttir.index("scf.for")
+    assert ttir.index("tt.dot", loop) > loop
+    assert ttir.count("tt.dot") == 1

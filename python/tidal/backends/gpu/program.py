@@ -24,6 +24,7 @@ import torch
 from torch_mlir import ir
 
 from tidal.backends.gpu import kernels as K
+from tidal.backends.gpu.row_scan import row_scan_kernel
 from tidal.backends.gpu.triton_compile import compile_kernel
 from tidal.backends.gpu.ttir import element_type
 from tidal.diagnostics import TidalUnsupported
@@ -542,6 +543,9 @@ class GpuProgram:
         return step
 
     def _op_tidal_scan(self, op):
+        launch = row_scan_kernel(op, lambda: self._new_kernel_name("scan_rows"))
+        if launch is not None:
+            return self._device_row_scan(op, launch)
         attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
         n, k, dim = attr("num_carries"), attr("num_xs"), attr("dim")
         reverse = ir.BoolAttr(op.attributes["reverse"]).value
@@ -568,6 +572,26 @@ class GpuProgram:
                     y.select(dim, t).copy_(v)
             for r, v in zip(results, [*carries, *ys]):
                 env[r] = v
+
+        return step
+
+    def _device_row_scan(self, op, launch):
+        """The whole time loop in one kernel, one program per block of batch rows (`row_scan`)."""
+        self.kernels.append(launch.kernel)
+        n = ir.IntegerAttr(op.attributes["num_carries"]).value
+        results = list(op.results)
+        shapes = [list(_tensor_type(r).shape) for r in results]
+        compiled = None
+
+        def step(env):
+            nonlocal compiled
+            if compiled is None:
+                compiled = compile_kernel(launch.kernel)
+            tensors = [env[v].contiguous() for v in launch.operands]
+            outs = [torch.empty(s, dtype=torch.float32, device="cuda") for s in shapes]
+            compiled[launch.grid](*tensors, *outs[:n], *outs[n:])
+            for r, t in zip(results, outs):
+                env[r] = t
 
         return step
 

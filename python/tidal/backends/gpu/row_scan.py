@@ -1,0 +1,333 @@
+"""A scan whose step treats each batch row on its own (an RNN cell) as ONE persistent kernel.
+
+Each program owns a block of ROWS batch rows and runs the whole time loop (`scf.for`) inside: its
+carries stay in registers from step to step, the weights (the step's matmul right-hand sides and
+its broadcast vectors) are loaded once before the loop, each step loads its rows of the xs slices,
+multiplies with `tt.dot` (fp32-accurate, see DOT_PRECISION) and stores its rows of
+the stacked outputs. No host work and no launch per step.
+
+A step qualifies when every value in it is a [B, W] tile of the same B rows: carries [B, W], xs
+[T, B, W] scanned along dim 0, elementwise generics over [B, W] (a const vector [W] broadcast
+along the rows), matmuls of a tile by a const matrix. Rows never mix (a matmul contracts along the
+columns), so programs need no communication. A weight transposed in the step (an adjoint's Uᵀ) is
+loaded transposed. Widths are powers of two of at least 16 (`tt.dot`'s
+smallest tile) and f32 only; anything else runs as the host loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from tidal.backends.gpu.kernels import GenericBody, _map_dims
+from tidal.backends.gpu.ttir import Kernel, KernelBuilder, tensor_type
+
+ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 3x slower: half the programs)
+NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H=128, T=128)
+# fp32 products as three TF32 tensor-core products (hi·hi + hi·lo + lo·hi): 2.3e-6 from eager's
+# fp32 matmul on that RNN (IEEE FMA dot: 1.8e-6, but 16x slower; one TF32 product: 2.7e-3).
+DOT_PRECISION = "tf32x3"
+
+
+@dataclass
+class RowScanLaunch:
+    kernel: Kernel
+    operands: list  # the scan operands the kernel reads, in argument order
+    rows: int  # B
+    length: int  # T
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (-(-self.rows // ROWS), 1, 1)
+
+
+def _shape(value) -> tuple[int, ...] | None:
+    if not isinstance(value.type, ir.RankedTensorType):
+        return None
+    t = ir.RankedTensorType(value.type)
+    if not t.has_static_shape or str(t.element_type) != "f32":
+        return None
+    return tuple(t.shape)
+
+
+def _width_ok(w: int) -> bool:
+    return w >= 16 and w & (w - 1) == 0
+
+
+def _producer(value):
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner
+
+
+def _scalar_constant(value) -> tuple[str, str] | None:
+    """(value text, element type) of a 0-d tensor constant, else None."""
+    op = _producer(value)
+    if op is None or op.operation.name != "arith.constant" or not isinstance(value.type, ir.RankedTensorType):
+        return None
+    t = ir.RankedTensorType(value.type)
+    if t.rank != 0:
+        return None
+    text = str(op.attributes["value"])  # dense<1> : tensor<i64>
+    return text[len("dense<") : text.index(">")], str(t.element_type)
+
+
+def _zero_constant(value) -> bool:
+    op = _producer(value)
+    return op is not None and op.operation.name == "arith.constant" and \
+        str(op.attributes["value"]).split(" : ")[0] in ("0.000000e+00", "0.0")
+
+
+class _Analysis:
+    """Which body values are [B, W] tiles; None from `check` when some op is not row-wise."""
+
+    def __init__(self, op):
+        self.op = op
+        attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
+        self.n, self.k, self.dim = attr("num_carries"), attr("num_xs"), attr("dim")
+        self.reverse = ir.BoolAttr(op.attributes["reverse"]).value
+        self.block = op.regions[0].blocks[0]
+        self.args = list(self.block.arguments)
+        self.operands = list(op.operands)
+        self.matrices: set[int] = set()  # const indices used as a matmul's right-hand side
+        self.vectors: set[int] = set()  # const indices broadcast along the rows
+        self.transposed: dict = {}  # a linalg.transpose result in the body -> the const it reads
+        self.matmul_rhs: list = []  # (value a matmul reads, const index): a const or its transpose
+
+    def const_index(self, value) -> int | None:
+        for i, a in enumerate(self.args[self.n + self.k :]):
+            if a == value:
+                return i
+        return None
+
+    def check(self) -> bool:
+        if self.dim != 0 or not self.n:
+            return False
+        shapes = [_shape(v) for v in self.operands]
+        if any(s is None for s in shapes):
+            return False
+        carries, xs = shapes[: self.n], shapes[self.n : self.n + self.k]
+        if any(len(s) != 2 for s in carries) or any(len(s) != 3 for s in xs):
+            return False
+        self.rows = carries[0][0]
+        self.length = xs[0][0]
+        if self.length < 1 or any(s[0] != self.rows or not _width_ok(s[1]) for s in carries):
+            return False
+        if any(s[1] != self.rows or not _width_ok(s[2]) for s in xs):
+            return False
+        tiles = set(self.args[: self.n + self.k])
+        for inner in self.block.operations:
+            name = inner.operation.name
+            if name in ("tensor.empty", "arith.constant"):
+                if name == "arith.constant" and _scalar_constant(inner.results[0]) is None and \
+                        isinstance(inner.results[0].type, ir.RankedTensorType):
+                    return False
+                continue
+            if name == "tidal.yield":
+                return all(v in tiles for v in inner.operands)
+            if name == "linalg.fill":
+                if not self._tile_shaped(inner.results[0]):
+                    return False
+                tiles.add(inner.results[0])
+            elif name == "linalg.transpose":
+                c = self.const_index(inner.operands[0])
+                if c is None or list(ir.DenseI64ArrayAttr(inner.attributes["permutation"])) != [1, 0]:
+                    return False
+                self.transposed[inner.results[0]] = c  # Wᵀ of a weight (an adjoint's): read so once
+            elif name == "linalg.matmul":
+                a, m, init = inner.operands
+                c = self.transposed.get(m, self.const_index(m))
+                if a not in tiles or c is None or not (init in tiles or self._zero_fill(init)):
+                    return False
+                (kk, nn) = _shape(m)
+                if not (_width_ok(kk) and _width_ok(nn)):
+                    return False
+                self.matrices.add(c)
+                self.matmul_rhs.append((m, c))
+                tiles.add(inner.results[0])
+            elif name == "linalg.generic":
+                if not self._rowwise_generic(inner, tiles):
+                    return False
+                tiles.update(inner.results)
+            else:
+                return False
+        return False
+
+    def _tile_shaped(self, value) -> bool:
+        s = _shape(value)
+        return s is not None and len(s) == 2 and s[0] == self.rows and _width_ok(s[1])
+
+    def _zero_fill(self, value) -> bool:
+        fill = _producer(value)
+        return fill is not None and fill.operation.name == "linalg.fill" and _zero_constant(fill.operands[0])
+
+    def _rowwise_generic(self, op, tiles) -> bool:
+        g = GenericBody(op, "probe")
+        if g.reduction or g.captured or len(g.iterators) != 2:
+            return False
+        if any(inner.operation.name in ("linalg.index", "tensor.extract") for inner in g.body.operations):
+            return False
+        n_in = len(g.ins)
+        if any(len(list(g.body.arguments[n_in + j].uses)) for j in range(len(g.outs))):
+            return False
+        if not all(self._tile_shaped(r) for r in op.results):
+            return False
+        for v, m in zip(g.ins, g.maps):
+            dims = _map_dims(m)
+            if dims == [0, 1] and v in tiles:
+                continue
+            if dims == [] and _scalar_constant(v) is not None:
+                continue  # a 0-d constant (the 1 of `1 - h²`): splat
+            c = self.const_index(v)
+            if dims == [1] and c is not None:
+                self.vectors.add(c)
+                continue
+            return False
+        return all(_map_dims(m) == [0, 1] for m in g.maps[n_in:])
+
+
+def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
+    """The persistent kernel of a row-wise scan (named by `new_name()`), or None when the step is
+    not row-wise."""
+    a = _Analysis(op)
+    if not a.check():
+        return None
+    n, k = a.n, a.k
+    consts = sorted(a.matrices | a.vectors)
+    b = KernelBuilder(new_name())
+    init_ptrs = [b.pointer_arg(f"init{i}", "f32") for i in range(n)]
+    xs_ptrs = [b.pointer_arg(f"xs{i}", "f32") for i in range(k)]
+    const_ptrs = {c: b.pointer_arg(f"const{c}", "f32") for c in consts}
+    out_ptrs = [b.pointer_arg(f"carry{i}", "f32") for i in range(n)]
+    ys = list(list(a.block.operations)[-1].operands)[n:]
+    ys_ptrs = [b.pointer_arg(f"ys{j}", "f32") for j in range(len(ys))]
+
+    i32 = "i32"
+    pid = b.op("tt.get_program_id x : i32")
+    first = b.binary("arith.muli", pid, b.const(ROWS, i32), i32)
+    lanes = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {tensor_type((ROWS,), i32)}")
+    rows = b.binary("arith.addi", b.splat(first, i32, (ROWS,)), lanes, tensor_type((ROWS,), i32))
+    row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (ROWS,))} : {tensor_type((ROWS,), 'i32')}")
+    cache: dict = {}
+
+    def column_range(w):
+        if ("cols", w) not in cache:
+            cache[("cols", w)] = b.op(f"tt.make_range {{end = {w} : i32, start = 0 : i32}} : {tensor_type((w,), i32)}")
+        return cache[("cols", w)]
+
+    def grid2d(left, lsize, right, w, elem):
+        """left[:, None] op right[None, :] broadcast to [lsize, w]"""
+        l2 = b.op(f"tt.expand_dims {left} {{axis = 1 : i32}} : {tensor_type((lsize,), elem)} -> {tensor_type((lsize, 1), elem)}")
+        r2 = b.op(f"tt.expand_dims {right} {{axis = 0 : i32}} : {tensor_type((w,), elem)} -> {tensor_type((1, w), elem)}")
+        return (b.op(f"tt.broadcast {l2} : {tensor_type((lsize, 1), elem)} -> {tensor_type((lsize, w), elem)}"),
+                b.op(f"tt.broadcast {r2} : {tensor_type((1, w), elem)} -> {tensor_type((lsize, w), elem)}"))
+
+    def tile_offsets(w):
+        """Offsets of this program's rows of a row-major [B, w] matrix, and their mask."""
+        if ("off", w) not in cache:
+            ty = tensor_type((ROWS, w), i32)
+            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(w, i32), i32, (ROWS,)), tensor_type((ROWS,), i32)),
+                          ROWS, column_range(w), w, i32)
+            m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {tensor_type((ROWS,), 'i1')} -> {tensor_type((ROWS, 1), 'i1')}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1')} -> {tensor_type((ROWS, w), 'i1')}")
+            cache[("off", w)] = (b.binary("arith.addi", r, c, ty), mask)
+        return cache[("off", w)]
+
+    def pointers(ptr, offsets, shape):
+        ptr_ty = tensor_type(shape, "!tt.ptr<f32>")
+        p = b.op(f"tt.splat {ptr} : !tt.ptr<f32> -> {ptr_ty}")
+        return b.op(f"tt.addptr {p}, {offsets} : {ptr_ty}, {tensor_type(shape, i32)}")
+
+    def load_tile(ptr, w, step_base=None):
+        off, mask = tile_offsets(w)
+        if step_base is not None:
+            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w)), tensor_type((ROWS, w), i32))
+        zero = b.const("0.000000e+00", "f32", (ROWS, w))
+        return b.op(f"tt.load {pointers(ptr, off, (ROWS, w))}, {mask}, {zero} : {tensor_type((ROWS, w), '!tt.ptr<f32>')}")
+
+    def store_tile(ptr, value, w, step_base=None):
+        off, mask = tile_offsets(w)
+        if step_base is not None:
+            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w)), tensor_type((ROWS, w), i32))
+        b.emit(f"tt.store {pointers(ptr, off, (ROWS, w))}, {value}, {mask} : {tensor_type((ROWS, w), '!tt.ptr<f32>')}")
+
+    const_args = a.args[n + k :]
+    values: dict = {}
+    matrix_loads = []
+    for m, c in a.matmul_rhs:
+        if any(m == x for x, *_ in matrix_loads):
+            continue
+        kk, nn = _shape(m)
+        # element (i, j) of a [K, N] const is at i·N + j; of the transpose of an [N, K] one at j·K + i
+        row_stride, col_stride = (1, kk) if m in a.transposed else (nn, 1)
+        scaled = lambda v, size, s: v if s == 1 else b.binary(  # noqa: E731
+            "arith.muli", v, b.splat(b.const(s, i32), i32, (size,)), tensor_type((size,), i32))
+        r, cc = grid2d(scaled(column_range(kk), kk, row_stride), kk, scaled(column_range(nn), nn, col_stride), nn, i32)
+        off = b.binary("arith.addi", r, cc, tensor_type((kk, nn), i32))
+        matrix_loads.append((m, pointers(const_ptrs[c], off, (kk, nn)), (kk, nn)))
+    for m, ptrs, shape in matrix_loads:  # in registers for the whole loop (loading them per step: slower)
+        values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>')}")
+    vectors = {}
+    for c in sorted(a.vectors):
+        (w,) = _shape(const_args[c])
+        v = b.op(f"tt.load {pointers(const_ptrs[c], column_range(w), (w,))} : {tensor_type((w,), '!tt.ptr<f32>')}")
+        v2 = b.op(f"tt.expand_dims {v} {{axis = 0 : i32}} : {tensor_type((w,), 'f32')} -> {tensor_type((1, w), 'f32')}")
+        vectors[const_args[c]] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32')} -> {tensor_type((ROWS, w), 'f32')}")
+
+    widths = [_shape(v)[1] for v in a.operands[:n]]
+    xs_widths = [_shape(v)[2] for v in a.operands[n : n + k]]
+    carry_types = [tensor_type((ROWS, w), "f32") for w in widths]
+    for w in {*widths, *xs_widths, *(_shape(v)[1] for v in ys)}:
+        tile_offsets(w)  # before the loop: the stores after it use them too
+    inits = [load_tile(p, w) for p, w in zip(init_ptrs, widths)]
+    t, iter_args, loop = b.fresh(), [b.fresh() for _ in range(n)], b.fresh()
+    b.emit(f"{loop}:{n} = scf.for {t} = {b.const(0, i32)} to {b.const(a.length, i32)} step {b.const(1, i32)} "
+           f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, inits))}) -> ({', '.join(carry_types)}) : i32 {{")
+    b.indent += 1
+    step = b.binary("arith.subi", b.const(a.length - 1, i32), t, i32) if a.reverse else t
+    values.update(zip(a.args[:n], iter_args))
+    for j, (p, w) in enumerate(zip(xs_ptrs, xs_widths)):
+        if len(list(a.args[n + j].uses)):
+            base = b.binary("arith.muli", step, b.const(a.rows * w, i32), i32)
+            values[a.args[n + j]] = load_tile(p, w, base)
+    for inner in a.block.operations:
+        name = inner.operation.name
+        if name in ("tensor.empty", "arith.constant", "linalg.transpose"):
+            continue  # a transposed weight was loaded so before the loop
+        if name == "tidal.yield":
+            outs = [values[v] for v in inner.operands]
+            break
+        if name == "linalg.fill":
+            w = _shape(inner.results[0])[1]
+            scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
+            values[inner.results[0]] = b.const(scalar, "f32", (ROWS, w))
+        elif name == "linalg.matmul":
+            lhs, m, init = inner.operands
+            w, kk = _shape(inner.results[0])[1], _shape(lhs)[1]
+            acc = values[init] if init in values else b.const("0.000000e+00", "f32", (ROWS, w))
+            values[inner.results[0]] = b.op(
+                f"tt.dot {values[lhs]}, {values[m]}, {acc}, inputPrecision = {DOT_PRECISION} : {tensor_type((ROWS, kk), 'f32')} * "
+                f"{tensor_type(_shape(m), 'f32')} -> {tensor_type((ROWS, w), 'f32')}")
+        else:  # a row-wise generic
+            g = GenericBody(inner, "probe")
+            g.b = b
+            w = _shape(inner.results[0])[1]
+            body_values = {}
+            for arg, v in zip(g.body.arguments, g.ins):
+                scalar = _scalar_constant(v)
+                body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w)) if scalar is not None
+                                    else vectors[v] if v in vectors else values[v])
+            for r, v in zip(inner.results, g.run_body(None, body_values, {}, None, (ROWS, w))):
+                values[r] = v
+    for j, (p, v) in enumerate(zip(ys_ptrs, outs[n:])):
+        w = _shape(ys[j])[1]
+        store_tile(p, v, w, b.binary("arith.muli", step, b.const(a.rows * w, i32), i32))
+    b.emit(f"scf.yield {', '.join(outs[:n])} : {', '.join(carry_types)}")
+    b.indent -= 1
+    b.emit("}")
+    for i, (p, w) in enumerate(zip(out_ptrs, widths)):
+        store_tile(p, f"{loop}#{i}", w)
+    kernel = b.text()
+    kernel.num_warps = NUM_WARPS
+    operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
+    return RowScanLaunch(kernel, operands, a.rows, a.length)
