@@ -79,7 +79,7 @@ def _zero_constant(value) -> bool:
 
 
 class _Analysis:
-    """Which body values are [B, W] tiles; None from `check` when some op is not row-wise."""
+    """Whether a scan's step is row-wise (`check`), and which consts its kernel loads how."""
 
     def __init__(self, op):
         self.op = op
@@ -126,7 +126,8 @@ class _Analysis:
             if name == "tidal.yield":
                 return all(v in tiles for v in inner.operands)
             if name == "linalg.fill":
-                if not self._tile_shaped(inner.results[0]):
+                value = _producer(inner.operands[0])
+                if value is None or value.operation.name != "arith.constant" or not self._tile_shaped(inner.results[0]):
                     return False
                 tiles.add(inner.results[0])
             elif name == "linalg.transpose":
