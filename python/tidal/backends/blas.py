@@ -117,17 +117,42 @@ def _ensure_shim(module_op, gemm: str, elt: str) -> str:
     return name
 
 
-def _zero_fill_just_before(op, c: ir.Value):
-    """The `linalg.fill` of zero into `c` that `op` (a matmul into `c`) follows, when nothing
-    between them touches `c`: the BLAS call may then overwrite C (beta = 0) and the fill goes."""
-    ops = [o.operation for o in op.operation.block.operations]
-    at = ops.index(op.operation)
-    for cand in reversed(ops[:at]):
-        if cand.name == "linalg.fill" and cand.operands[1] == c:
-            return cand if _is_zero(cand.operands[0]) else None
-        if any(v == c for v in cand.operands) or _uses_inside(cand, c) or cand.name.endswith(".call"):
-            return None
-    return None
+def _zero_fills_before(matmuls) -> dict:
+    """For each matmul (by operation) into C, the `linalg.fill` of zero into C that it follows
+    when nothing between them touches C: the BLAS call may then overwrite C (beta = 0) and the fill
+    goes. One pass over each block holding a matmul (an unrolled loop has thousands of them)."""
+    blocks, fills = [], {}
+    for op in matmuls:
+        if not any(op.operation.block == b for b in blocks):
+            blocks.append(op.operation.block)
+    for block in blocks:
+        last_fill: dict = {}  # buffer -> the zero fill into it that nothing has touched since
+        for cand in block.operations:
+            cand = cand.operation
+            if cand.name == "linalg.matmul":
+                c = cand.operands[2]
+                fills[cand] = last_fill.get(c)
+            if cand.name == "linalg.fill":
+                last_fill[cand.operands[1]] = cand if _is_zero(cand.operands[0]) else None
+                continue
+            if cand.name.endswith(".call"):
+                last_fill.clear()  # a call may touch anything
+                continue
+            for v in _values_read(cand):
+                last_fill.pop(v, None)
+    return fills
+
+
+def _values_read(op) -> list:
+    """The operands of `op` and of every op nested in it."""
+    found = []
+
+    def visit(o):
+        found.extend(o.operands)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
 
 
 def _float_value(attr) -> float | None:
@@ -137,24 +162,13 @@ def _float_value(attr) -> float | None:
         return None
 
 
-def _uses_inside(op, value) -> bool:
-    found = []
-
-    def visit(o):
-        if o != op and any(v == value for v in o.operands):
-            found.append(o)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return bool(found)
-
-
 @tidal_pass("tidal-matmul-to-blas", "Replace bufferized f32/f64 linalg.matmul by in-process BLAS gemm calls")
 def matmul_to_blas(module_op):
     from tidal.passes.registry import ops_named
 
-    for op in ops_named(module_op, ("linalg.matmul",)):
+    matmuls = ops_named(module_op, ("linalg.matmul",))
+    zero_fills = _zero_fills_before(matmuls)
+    for op in matmuls:
         transposed = _transposes(op)
         if transposed is None:
             continue  # broadcast variants keep their loops
@@ -165,7 +179,7 @@ def matmul_to_blas(module_op):
         if elt not in _GEMM or str(a.type.element_type) != elt or str(b.type.element_type) != elt:
             continue
         shim = _ensure_shim(module_op, _GEMM[elt], elt)
-        zero_fill = _zero_fill_just_before(op, c)
+        zero_fill = zero_fills.get(op.operation)
         with ir.InsertionPoint(op), op.location:
             pa, lda, a_rows, a_cols = _matrix(a)
             pb, ldb, b_rows, b_cols = _matrix(b)
@@ -298,7 +312,9 @@ def fold_into_matmul(module_op):
     and no extra pass over the sum)."""
     from tidal.passes.registry import ops_named
 
-    for op in ops_named(module_op, ("linalg.matmul",)):
+    matmuls = ops_named(module_op, ("linalg.matmul",))
+    zero_fills = _zero_fills_before(matmuls)
+    for op in matmuls:
         transposed = _transposes(op)
         if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
             continue
