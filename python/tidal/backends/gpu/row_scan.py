@@ -23,7 +23,7 @@ from torch_mlir import ir
 from tidal.backends.gpu.kernels import GenericBody, _map_dims
 from tidal.backends.gpu.ttir import Kernel, KernelBuilder, tensor_type
 
-ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 3x slower: half the programs)
+ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 2.5x slower: half the programs)
 NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H=128, T=128)
 # fp32 products as three TF32 tensor-core products (hi·hi + hi·lo + lo·hi): 2.3e-6 from eager's
 # fp32 matmul on that RNN (IEEE FMA dot: 1.8e-6, but 16x slower; one TF32 product: 2.7e-3).
@@ -266,7 +266,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         r, cc = grid2d(scaled(column_range(kk), kk, row_stride), kk, scaled(column_range(nn), nn, col_stride), nn, i32)
         off = b.binary("arith.addi", r, cc, tensor_type((kk, nn), i32))
         matrix_loads.append((m, pointers(const_ptrs[c], off, (kk, nn)), (kk, nn)))
-    for m, ptrs, shape in matrix_loads:  # in registers for the whole loop (loading them per step: slower)
+    for m, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
         values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>')}")
     vectors = {}
     for c in sorted(a.vectors):
