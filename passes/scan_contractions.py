@@ -172,11 +172,17 @@ class _Scan:
         self.operands = list(op.operands)
         self.yield_op = list(self.body.operations)[-1]
 
-    def role(self, value):
-        """('carry'|'xs'|'const', index) of a body argument, None for any other value."""
+    def arg_index(self, value) -> int | None:
+        """The position of `value` among the body's arguments, None for any other value."""
         if not isinstance(value.owner, ir.Block) or value.owner != self.body:
             return None
-        i = next(j for j, a in enumerate(self.args) if a == value)
+        return next(j for j, a in enumerate(self.args) if a == value)
+
+    def role(self, value):
+        """('carry'|'xs'|'const', index) of a body argument, None for any other value."""
+        i = self.arg_index(value)
+        if i is None:
+            return None
         if i < self.n:
             return "carry", i
         if i < self.n + self.k:
@@ -382,9 +388,8 @@ def _rewrite(scan: _Scan, plan: _Plan) -> None:
 
 def _renamed(value, scan: _Scan, arg_map):
     """`value` in the new body: an old body argument maps to its new one."""
-    if isinstance(value.owner, ir.Block) and value.owner == scan.body:
-        return arg_map[next(j for j, a in enumerate(scan.args) if a == value)]
-    return value
+    i = scan.arg_index(value)
+    return value if i is None else arg_map[i]
 
 
 def _slice_type(value):

@@ -312,9 +312,7 @@ def fold_into_matmul(module_op):
     and no extra pass over the sum)."""
     from tidal.passes.registry import ops_named
 
-    matmuls = ops_named(module_op, ("linalg.matmul",))
-    zero_fills = _zero_fills_before(matmuls)
-    for op in matmuls:
+    for op in ops_named(module_op, ("linalg.matmul",)):
         transposed = _transposes(op)
         if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
             continue

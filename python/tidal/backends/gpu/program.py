@@ -578,7 +578,6 @@ class GpuProgram:
     def _device_row_scan(self, op, launch):
         """The whole time loop in one kernel, one program per block of batch rows (`row_scan`)."""
         self.kernels.append(launch.kernel)
-        n = ir.IntegerAttr(op.attributes["num_carries"]).value
         results = list(op.results)
         shapes = [list(_tensor_type(r).shape) for r in results]
         compiled = None
@@ -589,7 +588,7 @@ class GpuProgram:
                 compiled = compile_kernel(launch.kernel)
             tensors = [env[v].contiguous() for v in launch.operands]
             outs = [torch.empty(s, dtype=torch.float32, device="cuda") for s in shapes]
-            compiled[launch.grid](*tensors, *outs[:n], *outs[n:])
+            compiled[launch.grid](*tensors, *outs)  # final carries, then ys
             for r, t in zip(results, outs):
                 env[r] = t
 
