@@ -136,6 +136,32 @@ def test_dump_dir_writes_ir_after_every_stage(tmp_path):
     assert "llvm.func @main" in (graph_dir / "03-llvm.mlir").read_text()
 
 
+def test_a_large_unrolled_program_is_split_into_pieces_and_still_matches(tmp_path, monkeypatch):
+    # A low limit makes a few-step unrolled loop "large": the pieces then pass memrefs, an index
+    # (the int step count) and floats through their frames, and the stacked outputs and final
+    # state come back through them.
+    import tidal.backends.split_functions as split
+
+    monkeypatch.setattr(split, "DEFAULT_OPS_PER_FUNCTION", 40)
+
+    def unrolled(h, xs, w, scale):
+        hs = []
+        for t in range(xs.shape[0]):
+            h = torch.tanh(xs[t] @ w + h * scale)
+            hs.append(h.sum(0))
+        return h, torch.stack(hs), (h > 0).sum()
+
+    g = torch.Generator().manual_seed(0)
+    inputs = (torch.randn(3, 8, generator=g), torch.randn(12, 3, 8, generator=g), torch.randn(8, 8, generator=g) / 3, 0.5)
+    got, expected, fallbacks = run_compiled(unrolled, inputs, options={"dump_dir": str(tmp_path)})
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected)
+    (graph_dir,) = list(tmp_path.iterdir())
+    llvm = (graph_dir / "03-llvm.mlir").read_text()
+    assert llvm.count("llvm.func @main__part") >= 4
+    assert llvm.count("no_inline") == llvm.count("llvm.func @main__part")
+
+
 def test_backend_is_found_without_importing_tidal():
     code = (
         "import torch\n"

@@ -71,8 +71,8 @@ def _captures(forall: ir.Operation) -> list[ir.Value]:
     return out
 
 
-def _llvm_type(t: ir.Type) -> str | None:
-    """The LLVM type a value of `t` travels as in the context struct (None: cannot travel)."""
+def llvm_field_type(t: ir.Type) -> str | None:
+    """The LLVM type a value of `t` travels as in a struct in memory (None: cannot travel)."""
     if isinstance(t, ir.MemRefType):
         tail = f", array<{t.rank} x i64>, array<{t.rank} x i64>" if t.rank else ""
         return f"!llvm.struct<(ptr, ptr, i64{tail})>"
@@ -81,6 +81,24 @@ def _llvm_type(t: ir.Type) -> str | None:
     if isinstance(t, (ir.IntegerType, ir.F32Type, ir.F64Type, ir.F16Type, ir.BF16Type)):
         return str(t)
     return None
+
+
+def to_field(v: ir.Value, field_type: str) -> ir.Value:
+    """`v` as the LLVM value stored in a struct field of `field_type` (at the insertion point)."""
+    if isinstance(v.type, ir.IndexType):
+        return arith.IndexCastOp(ir.IntegerType.get_signless(64), v).result
+    if isinstance(v.type, ir.MemRefType):
+        return ir.Operation.create("builtin.unrealized_conversion_cast", results=[ir.Type.parse(field_type)], operands=[v]).result
+    return v
+
+
+def from_field(f: ir.Value, t: ir.Type) -> ir.Value:
+    """The value of type `t` that `to_field` stored as `f`."""
+    if isinstance(t, ir.IndexType):
+        return arith.IndexCastOp(t, f).result
+    if isinstance(t, ir.MemRefType):
+        return ir.Operation.create("builtin.unrealized_conversion_cast", results=[t], operands=[f]).result
+    return f
 
 
 def _bounds(forall: ir.Operation):
@@ -106,7 +124,7 @@ def _outline(module_op, forall: ir.Operation, index: int) -> bool:
     if len(forall.results):
         return False
     captures = [v for v in _captures(forall) if _defining_op(v).name != "arith.constant"]
-    types = [_llvm_type(v.type) for v in captures]
+    types = [llvm_field_type(v.type) for v in captures]
     if any(t is None for t in types):
         return False
     with forall.location, ir.InsertionPoint(forall):
@@ -129,13 +147,7 @@ def _outline(module_op, forall: ir.Operation, index: int) -> bool:
         with ir.InsertionPoint(forall):
             packed = llvm.UndefOp(ctx_type).result
             fields = [arith.IndexCastOp(i64, b).result for b in bounds]
-            for v, t in zip(captures, types):
-                if isinstance(v.type, ir.IndexType):
-                    fields.append(arith.IndexCastOp(i64, v).result)
-                elif isinstance(v.type, ir.MemRefType):
-                    fields.append(ir.Operation.create("builtin.unrealized_conversion_cast", results=[ir.Type.parse(t)], operands=[v]).result)
-                else:
-                    fields.append(v)
+            fields += [to_field(v, t) for v, t in zip(captures, types)]
             for i, f in enumerate(fields):
                 packed = llvm.InsertValueOp(packed, f, [i]).result
             llvm.StoreOp(packed, slot)
@@ -156,14 +168,7 @@ def _outline(module_op, forall: ir.Operation, index: int) -> bool:
         loaded = llvm.LoadOp(ctx_type, entry.arguments[0]).result
         fields = [llvm.ExtractValueOp(ir.Type.parse(t), loaded, [i]).result for i, t in enumerate(["i64"] * 3 + types)]
         lower, upper, step = (arith.IndexCastOp(idx, f).result for f in fields[:3])
-        unpacked = []
-        for v, f in zip(captures, fields[3:]):
-            if isinstance(v.type, ir.IndexType):
-                unpacked.append(arith.IndexCastOp(idx, f).result)
-            elif isinstance(v.type, ir.MemRefType):
-                unpacked.append(ir.Operation.create("builtin.unrealized_conversion_cast", results=[v.type], operands=[f]).result)
-            else:
-                unpacked.append(f)
+        unpacked = [from_field(f, v.type) for v, f in zip(captures, fields[3:])]
         tid = arith.IndexCastOp(idx, func.CallOp([i32], thread_num, []).result).result
         team = arith.IndexCastOp(idx, func.CallOp([i32], num_threads, []).result).result
         c1 = arith.ConstantOp(idx, 1).result
