@@ -327,8 +327,15 @@ def _wrapper(name, impl, header, inputs, outputs, args, results, calls_aten) -> 
         if r else "typedef struct { void *allocated, *aligned; int64_t offset; } desc0;"
         for r in ranks
     )
-    result_struct = "typedef struct {\n" + "".join(f"  desc{s.rank} r{i};\n" for i, s in enumerate(results)) + "} results_t;"
-    params = ", ".join(["results_t *"] + [f"desc{s.rank} *" for s in args])
+    from tidal.runtime.memref import results_as_arguments
+
+    # The compiled entry either writes into output buffers passed after the inputs (every output
+    # of static shape: allocated here, before the call) or returns descriptors (taken after it).
+    passed_out = results_as_arguments(results)
+    result_struct = "" if passed_out else (
+        "typedef struct {\n" + "".join(f"  desc{s.rank} r{i};\n" for i, s in enumerate(results)) + "} results_t;"
+    )
+    params = ", ".join(([] if passed_out else ["results_t *"]) + [f"desc{s.rank} *" for s in [*args, *(results if passed_out else [])]])
     fill_inputs, checks = [], []
     for i, (p, s) in enumerate(zip(inputs, args)):
         for d, size in enumerate(s.shape):
@@ -338,13 +345,19 @@ def _wrapper(name, impl, header, inputs, outputs, args, results, calls_aten) -> 
                     f"expected {size}\", (long long)inputs[{i}].shape[{d}]);"
                 )
         fill_inputs.append(_fill_input(i, s.rank))
-    call_args = ", ".join(["&res"] + [f"&a{i}" for i in range(len(args))])
-    takes = "\n".join(
-        f"  take(&outputs[{i}], res.r{i}.allocated, res.r{i}.aligned, res.r{i}.offset, "
-        f"{'res.r%d.sizes' % i if s.rank else 'NULL'}, {s.rank}, sizeof({outputs[i].c_type}), inputs, "
-        f"{len(args)}, taken, &n_taken, to_free, &n_free);"
-        for i, s in enumerate(results)
-    )
+    if passed_out:
+        call_args = ", ".join([f"&a{i}" for i in range(len(args))] + [f"&o{i}" for i in range(len(results))])
+        before_call = "\n".join(_allocate_output(i, s) for i, s in enumerate(results))
+        takes = ""
+    else:
+        call_args = ", ".join(["&res"] + [f"&a{i}" for i in range(len(args))])
+        before_call = "  results_t res;"
+        takes = "\n".join(
+            f"  take(&outputs[{i}], res.r{i}.allocated, res.r{i}.aligned, res.r{i}.offset, "
+            f"{'res.r%d.sizes' % i if s.rank else 'NULL'}, {s.rank}, sizeof({outputs[i].c_type}), inputs, "
+            f"{len(args)}, taken, &n_taken, to_free, &n_free);"
+            for i, s in enumerate(results)
+        )
     hook = (
         "extern void tidal_set_error_hook(void (*)(const char *));\n"
         "extern const char *torch_exception_get_what_without_backtrace(void);\n"
@@ -421,7 +434,7 @@ int {name}_run(const tidal_tensor *inputs, tidal_tensor *outputs) {{
 {chr(10).join(checks)}
 {chr(10).join(fill_inputs)}
   {"tidal_set_error_hook(on_error);" if calls_aten else ""}
-  results_t res;
+{before_call}
   _mlir_ciface_{impl}({call_args});
   void *taken[{max(n_out, 1)}], *to_free[{max(n_out, 1)}];
   int n_taken = 0, n_free = 0;
@@ -434,6 +447,20 @@ int {name}_run(const tidal_tensor *inputs, tidal_tensor *outputs) {{
   return 0;
 }}
 """
+
+
+def _allocate_output(i: int, sig) -> str:
+    from tidal.runtime.memref import contiguous_strides
+
+    numel = 1
+    for size in sig.shape:
+        numel *= size
+    lines = [f"  outputs[{i}].data = malloc({numel * sig.itemsize or 1});",
+             f"  if (!outputs[{i}].data) {{ for (int j = 0; j < {i}; j++) free(outputs[j].data); return fail(\"out of memory\"); }}",
+             f"  desc{sig.rank} o{i} = {{outputs[{i}].data, outputs[{i}].data, 0}};"]
+    for d, (size, stride) in enumerate(zip(sig.shape, contiguous_strides(sig.shape))):
+        lines.append(f"  outputs[{i}].shape[{d}] = o{i}.sizes[{d}] = {size}; o{i}.strides[{d}] = {stride};")
+    return "\n".join(lines)
 
 
 def _fill_input(i: int, rank: int) -> str:

@@ -78,6 +78,7 @@ def test_dynamic_scan_length_one_program():
     args = (torch.randn(3), torch.randn(5, 3), torch.randn(3, 3))
     program = compile_program(f, args, dynamic_shapes=(None, {0: Dim("T", min=2)}, None))
     assert program.native.args[1].shape == (None, 3)
+    assert not program.native.results_as_arguments  # [T, 3] outputs: the code sizes and returns them
     for steps in (2, 7, 40):
         xs = torch.randn(steps, 3)
         torch.testing.assert_close(program(args[0], xs, args[2]), f(args[0], xs, args[2]))
@@ -100,3 +101,25 @@ def test_one_buffer_returned_twice_stays_valid():
             torch.testing.assert_close(a, x * 2 + 1)
             torch.testing.assert_close(b, x * 2 + 1)
             assert a.data_ptr() != b.data_ptr()
+
+
+def test_static_results_are_written_into_tensors_the_runtime_allocates():
+    """Every output has a static shape: the runtime allocates the outputs and the code writes
+    into them; an output that is an input, a constant or another output is copied there."""
+
+    def f(x):
+        y = x * 2 + 1
+        return y, x, y, torch.ones(3), x[:, 1]
+
+    x = torch.randn(200, 100)  # 80 KB outputs: large enough to have been adopted zero-copy before
+    program = compile_program(f, (x,))
+    assert program.native.results_as_arguments
+    x_before = x.clone()
+    for _ in range(3):
+        outs = program(x)
+        for got, want in zip(outs, f(x)):
+            torch.testing.assert_close(got, want)
+        assert len({o.data_ptr() for o in outs} | {x.data_ptr()}) == len(outs) + 1
+        for o in outs:
+            o.zero_()
+        torch.testing.assert_close(x, x_before)

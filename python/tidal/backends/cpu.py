@@ -11,6 +11,7 @@ from torch_mlir import ir
 import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to-runtime)
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
+import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
@@ -39,7 +40,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, canonicalize, "
-    f"{BUFFERIZE}, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
+    f"{BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, convert-scf-to-cf, "

@@ -11,7 +11,17 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
 from tidal.runtime import errors, externs
-from tidal.runtime.memref import MLIR_TO_TORCH, TensorSig, descriptor_type, fill_descriptor, free_all, results_type, take_result
+from tidal.runtime.memref import (
+    MLIR_TO_TORCH,
+    TensorSig,
+    contiguous_strides,
+    descriptor_type,
+    fill_descriptor,
+    free_all,
+    results_as_arguments,
+    results_type,
+    take_result,
+)
 
 
 def signature_of(module: ir.Module, func_name: str) -> tuple[list[TensorSig], list[TensorSig]]:
@@ -36,10 +46,15 @@ def _sig(t: ir.Type) -> TensorSig:
 class NativeFunction:
     """Calls a compiled `_mlir_ciface_<name>` on torch tensors.
 
-    `bind(result, descriptors)` returns a callable that runs the code on those (ctypes) structs:
-    it is either the JIT engine's packed wrapper or the C function of a cached shared library;
-    `keepalive` holds what owns the code. Each thread fills its own descriptors, made and bound
-    once: a call writes a few fields and enters the code, with no ctypes objects made per call.
+    `bind(pointers)` returns a callable that runs the code on those (ctypes) descriptors, in the
+    C interface's order: it is either the JIT engine's packed wrapper or the C function of a
+    cached shared library; `keepalive` holds what owns the code. Each thread fills its own
+    descriptors, made and bound once, those of static shapes complete but for the data pointer:
+    a call writes a few fields and enters the code, with no ctypes objects made per call.
+
+    With every result of static shape (`results_as_arguments`), the outputs are torch tensors
+    allocated here and passed after the inputs; otherwise the code returns descriptors of memory
+    it allocated, which the results adopt or copy (`take_result`).
     """
 
     def __init__(self, bind, keepalive, args: list[TensorSig], results: list[TensorSig]):
@@ -47,8 +62,7 @@ class NativeFunction:
         self.keepalive = keepalive
         self.args = args
         self.results = results
-        self._arg_types = [descriptor_type(s.rank) for s in args]
-        self._result_type = results_type(results)
+        self.results_as_arguments = results_as_arguments(results)
         self._per_thread = threading.local()
 
     @classmethod
@@ -58,11 +72,10 @@ class NativeFunction:
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
         errors.install(engine.raw_lookup(errors.ERROR_HOOK_SETTER))
         packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
-        slots = ctypes.c_void_p * (1 + len(args))
 
-        def bind(out, descs):
-            pointers = [ctypes.pointer(out), *[ctypes.pointer(d) for d in descs]]
-            table = slots(*[ctypes.addressof(p) for p in pointers])
+        def bind(descs):
+            pointers = [ctypes.pointer(d) for d in descs]
+            table = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
             return functools.partial(_call_packed, packed, table, pointers)
 
         return cls(bind, engine, args, results)
@@ -74,29 +87,48 @@ class NativeFunction:
         errors.install(ctypes.cast(setter, ctypes.c_void_p).value if setter is not None else None)
         fn = getattr(lib, f"_mlir_ciface_{func_name}")
         fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * (1 + len(args))
 
-        def bind(out, descs):
-            return functools.partial(fn, ctypes.addressof(out), *[ctypes.addressof(d) for d in descs])
+        def bind(descs):
+            fn.argtypes = [ctypes.c_void_p] * len(descs)
+            return functools.partial(fn, *[ctypes.addressof(d) for d in descs])
 
         return cls(bind, lib, args, results)
 
     def _bound(self):
         state = getattr(self._per_thread, "state", None)
         if state is None:
-            out, descs = self._result_type(), [t() for t in self._arg_types]
-            state = self._per_thread.state = (out, descs, self.bind(out, descs))
+            inputs = [_descriptor(s) for s in self.args]
+            if self.results_as_arguments:
+                out, outputs = None, [_descriptor(s) for s in self.results]
+                run = self.bind(inputs + outputs)
+            else:
+                out, outputs = results_type(self.results)(), []
+                run = self.bind([out, *inputs])
+            state = self._per_thread.state = (inputs, outputs, out, run)
         return state
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         if len(tensors) != len(self.args):
             raise TypeError(f"expected {len(self.args)} tensors, got {len(tensors)}")
-        out, descs, run = self._bound()
+        inputs, outputs, out, run = self._bound()
         keep = [self._check_arg(i, t, sig) for i, (t, sig) in enumerate(zip(tensors, self.args))]
-        for d, t in zip(descs, keep):
-            fill_descriptor(d, t)
+        for d, t, sig in zip(inputs, keep, self.args):
+            if sig.is_static:
+                d.allocated = d.aligned = t.data_ptr()
+            else:
+                fill_descriptor(d, t)
+        if self.results_as_arguments:
+            results = [torch.empty(s.shape, dtype=s.dtype) for s in self.results]
+            for d, r in zip(outputs, results):
+                d.allocated = d.aligned = r.data_ptr()
+            run()
+            errors.raise_pending()
+            return results
         run()
         errors.raise_pending()
+        return self._take_results(out, keep)
+
+    def _take_results(self, out, keep: list[torch.Tensor]) -> list[torch.Tensor]:
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
         adopted: set[int] = set()
 
@@ -119,11 +151,22 @@ class NativeFunction:
             raise TypeError(f"argument {i} must be a tensor, got {type(t).__name__}")
         if t.dtype != sig.dtype:
             raise TypeError(f"argument {i} has dtype {t.dtype}, compiled for {sig.dtype}")
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise TypeError(f"argument {i} is on {t.device}; the CPU backend needs CPU tensors")
-        if t.dim() != sig.rank or any(s is not None and s != d for s, d in zip(sig.shape, t.shape)):
+        if t.shape != sig.shape if sig.is_static else (
+            t.dim() != sig.rank or any(s is not None and s != d for s, d in zip(sig.shape, t.shape))
+        ):
             raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
-        return t.contiguous()
+        return t if t.is_contiguous() else t.contiguous()
+
+
+def _descriptor(sig: TensorSig):
+    """A descriptor for `sig`; complete but for the data pointer when the shape is static."""
+    d = descriptor_type(sig.rank)()
+    if sig.is_static and sig.rank:
+        d.shape[:] = list(sig.shape)
+        d.strides[:] = contiguous_strides(sig.shape)
+    return d
 
 
 def _call_packed(packed, table, _pointers):

@@ -61,6 +61,25 @@ class TensorSig:
     def itemsize(self) -> int:
         return self.dtype.itemsize
 
+    @property
+    def is_static(self) -> bool:
+        return None not in self.shape
+
+
+def results_as_arguments(results: list[TensorSig]) -> bool:
+    """The calling convention of a compiled entry function: with every result of static shape,
+    the caller passes the result buffers after the arguments and the function returns nothing
+    (`tidal-results-to-arguments`); otherwise the results come back as descriptors."""
+    return bool(results) and all(s.is_static for s in results)
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    return strides[::-1]
+
 
 def descriptor_type(rank: int):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
@@ -108,13 +127,8 @@ def take_result(desc, sig: TensorSig, owned_elsewhere, to_free: list[int]) -> to
     for size in shape:
         numel *= size
     itemsize = sig.itemsize
-    if rank and numel > 1:
-        expected, acc = [], 1
-        for size in reversed(shape):
-            expected.append(acc)
-            acc *= size
-        if list(desc.strides[:rank]) != list(reversed(expected)):
-            raise RuntimeError(f"compiled function returned a non-contiguous result {shape}")
+    if rank and numel > 1 and list(desc.strides[:rank]) != contiguous_strides(shape):
+        raise RuntimeError(f"compiled function returned a non-contiguous result {shape}")
     nbytes = numel * itemsize
     addr = (desc.aligned or 0) + desc.offset * itemsize
     allocated = desc.allocated or 0
