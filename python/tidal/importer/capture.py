@@ -64,7 +64,42 @@ def decomposition_table():
     table = {op: fn for op, fn in get_decomposition_table().items() if str(op) not in _KEPT_WHOLE}
     table.update(torch._decomp.get_decompositions([torch.ops.aten.gelu]))
     table[torch.ops.aten.squeeze.dims] = _squeeze_dims
+    table[torch.ops.aten.native_layer_norm.default] = _native_layer_norm
+    table[torch.ops.aten.native_group_norm.default] = _native_group_norm
     return table
+
+
+def _moments(x, dims: list[int], eps: float):
+    """(x - mean, mean, rstd) over `dims` in the computation dtype, two passes (the mean, then
+    the mean of the squared deviations), as ATen's CPU LayerNorm/GroupNorm kernels accumulate in
+    float. PyTorch's decompositions go through `var_mean`, which torch-mlir lowers in float64 (to
+    match `torch.var`'s double accumulator): a conversion and two f64 reductions per row."""
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xc = x.contiguous().to(compute)
+    mean = xc.mean(dims, keepdim=True)
+    centered = xc - mean
+    return centered, mean, torch.rsqrt((centered * centered).mean(dims, keepdim=True) + eps)
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps: float):
+    centered, mean, rstd = _moments(x, list(range(x.dim() - len(normalized_shape), x.dim())), eps)
+    out = centered * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out.to(x.dtype), mean.to(x.dtype), rstd.to(x.dtype)
+
+
+def _native_group_norm(x, weight, bias, n, c, hw, groups: int, eps: float):
+    centered, mean, rstd = _moments(x.reshape(n, groups, -1), [2], eps)
+    out = (centered * rstd).reshape(x.shape)
+    per_channel = [1, c] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out.to(x.dtype), mean.reshape(n, groups).to(x.dtype), rstd.reshape(n, groups).to(x.dtype)
 
 
 def _squeeze_dims(x, dims):
