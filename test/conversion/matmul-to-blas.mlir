@@ -45,3 +45,23 @@ func.func @strided_operand(%a: memref<4x8xf32, strided<[1, 4]>>, %b: memref<8x5x
   linalg.matmul ins(%a, %b : memref<4x8xf32, strided<[1, 4]>>, memref<8x5xf32>) outs(%c : memref<4x5xf32>)
   return
 }
+
+// A batch matmul is one gemm per batch entry: each operand's entry found from its batch stride
+// (0 for an operand broadcast over the batch); the zero fill before it is beta = 0 for every entry.
+// CHECK-LABEL: func.func @batched
+// CHECK-NOT:   linalg.fill
+// CHECK:       arith.constant 78 : i8
+// CHECK-NEXT:  arith.constant 78 : i8
+// CHECK-NEXT:  %[[BETA:.+]] = arith.constant 0.000000e+00 : f64
+// CHECK-DAG:   %[[A:.+]], %{{.+}}, %[[AS:.+]]:3, %[[AST:.+]]:3 = memref.extract_strided_metadata %arg0
+// CHECK-DAG:   %[[C:.+]], %{{.+}}, %[[CS:.+]]:3, %{{.+}}:3 = memref.extract_strided_metadata %arg2
+// CHECK:       scf.for %[[I:.+]] = %{{.+}} to %[[CS]]#0
+// CHECK:         arith.muli %[[I]], %[[AST]]#0
+// CHECK:         call @tidal_dgemm_rowmajor({{.*}}, %[[BETA]],
+// CHECK-NOT:   linalg.batch_matmul
+func.func @batched(%a: memref<3x4x8xf64>, %b: memref<3x8x5xf64, strided<[0, 5, 1]>>, %c: memref<3x4x5xf64>) {
+  %zero = arith.constant 0.0 : f64
+  linalg.fill ins(%zero : f64) outs(%c : memref<3x4x5xf64>)
+  linalg.batch_matmul ins(%a, %b : memref<3x4x8xf64>, memref<3x8x5xf64, strided<[0, 5, 1]>>) outs(%c : memref<3x4x5xf64>)
+  return
+}

@@ -216,6 +216,32 @@ def test_matmuls_with_transposed_operands_and_accumulators(dtype):
     torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batched_matmuls_run_as_blas_calls(dtype, tmp_path):
+    """bmm/batched matmul (an ATen call at the torch level) runs as one gemm per batch entry:
+    transposed and broadcast operands, a slice of a batch, a batch of one, inside a loop too;
+    shapes of different sizes so that swapped m/n/k cannot pass."""
+
+    def batched(x, y, w, xs):
+        s = torch.softmax(x @ y.transpose(1, 2) / 4, dim=-1)  # [3,5,7]·[3,6,7]ᵀ
+        broadcast = x[:, 1:4] @ w  # [3,3,7]·[7,2] (a view of w broadcast over the batch)
+
+        def step(acc, t):
+            return acc + torch.bmm(t, w.expand(1, 7, 2)).sum(), (t[:, :2] @ w).clone()
+
+        return s @ y, broadcast, scan(step, torch.zeros((), dtype=dtype), xs)
+
+    gen = torch.Generator().manual_seed(8)
+    x, y = torch.randn(3, 5, 7, dtype=dtype, generator=gen), torch.randn(3, 6, 7, dtype=dtype, generator=gen)
+    w, xs = torch.randn(7, 2, dtype=dtype, generator=gen), torch.randn(4, 1, 3, 7, dtype=dtype, generator=gen)
+    got, expected, fallbacks = run_compiled(batched, (x, y, w, xs), options={"dump_dir": str(tmp_path)})
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected)
+    (graph_dir,) = list(tmp_path.iterdir())
+    llvm = (graph_dir / "03-llvm.mlir").read_text()
+    assert "torch_call_dispatcher" not in llvm and ("dgemm_" if dtype == torch.float64 else "sgemm_") in llvm
+
+
 def _dense_grid_with_edges(lo, hi, edges):
     return torch.cat([torch.linspace(lo, hi, 400_001), torch.tensor(edges, dtype=torch.float32)])
 

@@ -24,6 +24,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import bufferization, func
 
+from tidal.backends.blas import bmm_as_batch_matmul
 from tidal.dialects import declare_transformation
 from tidal.dialects.aten_call import NAME as ATEN_CALL
 from tidal.dialects.aten_call import is_none, is_operand_ref
@@ -352,6 +353,7 @@ def aten_calls_to_runtime(module_op):
         return ir.WalkResult.ADVANCE
 
     module_op.walk(visit)
+    calls = [op for op in calls if not bmm_as_batch_matmul(op)]
     if not calls:
         return
     helpers, globals_ = [], []

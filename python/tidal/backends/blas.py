@@ -13,7 +13,7 @@ import itertools
 import re
 
 from torch_mlir import ir
-from torch_mlir.dialects import arith, func, memref
+from torch_mlir.dialects import arith, func, linalg, memref, scf, tensor
 
 from tidal.passes.registry import tidal_pass
 from tidal.runtime import externs
@@ -82,6 +82,19 @@ def _transposes(op) -> tuple[bool, bool] | None:
     return _A_MAPS[maps[0]], _B_MAPS[maps[1]]
 
 
+_BATCH_MAPS = ["affine_map<(d0,d1,d2,d3)->(d0,d1,d3)>", "affine_map<(d0,d1,d2,d3)->(d0,d3,d2)>",
+               "affine_map<(d0,d1,d2,d3)->(d0,d1,d2)>"]
+
+
+def _batch_transposes(op) -> tuple[bool, bool] | None:
+    """A batch matmul BLAS takes: the default maps (batch dim first everywhere, nothing transposed)."""
+    if "indexing_maps" in op.attributes:
+        maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        if maps != _BATCH_MAPS:
+            return None
+    return False, False
+
+
 def _inner_stride_is_one(t: ir.Type) -> bool:
     text = str(t)
     m = re.search(r"strided<\[([^\]]*)\]", text)
@@ -129,7 +142,7 @@ def _zero_fills_before(matmuls) -> dict:
         last_fill: dict = {}  # buffer -> the zero fill into it that nothing has touched since
         for cand in block.operations:
             cand = cand.operation
-            if cand.name == "linalg.matmul":
+            if cand.name in _BLAS_CONTRACTIONS:
                 c = cand.operands[2]
                 fills[cand] = last_fill.get(c)
             if cand.name == "linalg.fill":
@@ -162,14 +175,18 @@ def _float_value(attr) -> float | None:
         return None
 
 
-@tidal_pass("tidal-matmul-to-blas", "Replace bufferized f32/f64 linalg.matmul by in-process BLAS gemm calls")
+_BLAS_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
+
+
+@tidal_pass("tidal-matmul-to-blas", "Replace bufferized f32/f64 linalg.matmul / batch_matmul by in-process BLAS gemm calls")
 def matmul_to_blas(module_op):
     from tidal.passes.registry import ops_named
 
-    matmuls = ops_named(module_op, ("linalg.matmul",))
+    matmuls = ops_named(module_op, _BLAS_CONTRACTIONS)
     zero_fills = _zero_fills_before(matmuls)
     for op in matmuls:
-        transposed = _transposes(op)
+        batched = op.name == "linalg.batch_matmul"
+        transposed = _batch_transposes(op) if batched else _transposes(op)
         if transposed is None:
             continue  # broadcast variants keep their loops
         a, b, c = op.operands
@@ -181,20 +198,68 @@ def matmul_to_blas(module_op):
         shim = _ensure_shim(module_op, _GEMM[elt], elt)
         zero_fill = zero_fills.get(op.operation)
         with ir.InsertionPoint(op), op.location:
-            pa, lda, a_rows, a_cols = _matrix(a)
-            pb, ldb, b_rows, b_cols = _matrix(b)
-            pc, ldc, _, _ = _matrix(c)
-            m, k = (a_cols, a_rows) if transposed[0] else (a_rows, a_cols)
-            n = b_rows if transposed[1] else b_cols
             i8 = ir.IntegerType.get_signless(8)
             flags = [arith.ConstantOp(i8, _TRANS if t else _NO_TRANS).result for t in transposed]
             beta = arith.ConstantOp(c.type.element_type, 0.0 if zero_fill is not None else 1.0).result
-            func.CallOp(
-                [], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa, lda, pb, ldb, beta, pc, ldc]
-            )
+            if batched:
+                _batched_gemm(shim, flags, beta, a, b, c)
+            else:
+                pa, lda, a_rows, a_cols = _matrix(a)
+                pb, ldb, b_rows, b_cols = _matrix(b)
+                pc, ldc, _, _ = _matrix(c)
+                m, k = (a_cols, a_rows) if transposed[0] else (a_rows, a_cols)
+                n = b_rows if transposed[1] else b_cols
+                func.CallOp([], ir.FlatSymbolRefAttr.get(shim),
+                            [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa, lda, pb, ldb, beta, pc, ldc])
         op.erase()
         if zero_fill is not None:
             zero_fill.erase()
+
+
+def bmm_as_batch_matmul(call: ir.Operation) -> bool:
+    """An `aten::bmm` ATen call on f32/f64 becomes `linalg.batch_matmul` into zeros (tensor level),
+    which this pass turns into per-entry gemm calls after bufferization: no ATen tensors wrapped,
+    no dispatcher, no copy of the result into the program's buffer. Returns whether it did."""
+    if ir.StringAttr(call.attributes["callee"]).value != "aten::bmm" or len(call.operands) != 2:
+        return False
+    a, b = call.operands
+    out = ir.RankedTensorType(call.results[0].type)
+    elt = out.element_type
+    if str(elt) not in _GEMM or any(str(ir.RankedTensorType(v.type).element_type) != str(elt) for v in (a, b)):
+        return False
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(call), call.location:
+        sizes = [tensor.DimOp(v, arith.ConstantOp(index, d).result).result if out.is_dynamic_dim(i) else out.shape[i]
+                 for i, (v, d) in enumerate(((a, 0), (a, 1), (b, 2)))]
+        empty = tensor.EmptyOp(sizes, elt).result
+        zeros = linalg.fill(arith.ConstantOp(elt, 0.0).result, outs=[empty])
+        product = linalg.batch_matmul(a, b, outs=[zeros])
+    call.results[0].replace_all_uses_with(product)
+    call.erase()
+    return True
+
+
+def _batched_gemm(shim: str, flags, beta, a, b, c) -> None:
+    """One gemm per batch entry, in a loop: [B, M, K]·[B, K, N] → [B, M, N], each operand's
+    batch entry found from its strides (MKL's batched gemm is not in the Fortran API torch
+    exports; per-entry calls of these sizes run as fast per FLOP)."""
+    index = ir.IndexType.get()
+    metadata = [memref.ExtractStridedMetadataOp(v) for v in (a, b, c)]
+    bases = [memref.ExtractAlignedPointerAsIndexOp(v).result for v in (a, b, c)]
+    elt_bytes = arith.ConstantOp(index, c.type.element_type.width // 8).result
+    zero, one = arith.ConstantOp(index, 0).result, arith.ConstantOp(index, 1).result
+    loop = scf.ForOp(zero, metadata[2].sizes[0], one, [])
+    with ir.InsertionPoint(loop.body):
+        i = loop.induction_variable
+        pointers = []
+        for md, base in zip(metadata, bases):
+            element = arith.AddIOp(md.offset, arith.MulIOp(i, md.strides[0]).result).result
+            pointers.append(_as_i64(arith.AddIOp(base, arith.MulIOp(element, elt_bytes).result).result))
+        (pa, pb, pc), (ma, mb, mc) = pointers, metadata
+        m, k, n = mc.sizes[1], ma.sizes[2], mc.sizes[2]
+        func.CallOp([], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa,
+                    _as_i64(ma.strides[1]), pb, _as_i64(mb.strides[1]), beta, pc, _as_i64(mc.strides[1])])
+        scf.YieldOp([])
 
 
 # Elementwise fusion (`linalg-fuse-elementwise-ops`) folds the reshapes around a named contraction

@@ -25,7 +25,7 @@ from tidal.passes.registry import tidal_pass
 # torch dialect op name -> why ATen's kernel is used rather than torch-mlir's lowering.
 LIBRARY_KERNELS = {
     "torch.aten.convolution": "oneDNN convolution; linalg's convolution runs as naive loops",
-    "torch.aten.bmm": "MKL batched gemm; linalg.batch_matmul runs as naive loops",
+    "torch.aten.bmm": "a library gemm per batch entry (the CPU backend calls BLAS itself: blas.bmm_as_batch_matmul)",
     "torch.aten.baddbmm": "MKL batched gemm",
     "torch.aten.sort": "ATen's sort; torch-mlir's tm_tensor.sort lowers to a quadratic sort",
     "torch.aten.topk": "ATen's partial sort; torch-mlir lowers topk through a full quadratic sort",
