@@ -1,4 +1,6 @@
 // RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-split-large-functions{ops-per-function=4})' | filecheck %s
+// RUN: not tidal-opt %s --pass-pipeline='builtin.module(tidal-split-large-functions{ops-per-function=0})' 2>&1 | filecheck %s --check-prefix=BAD
+// BAD: error: ops-per-function must be a positive integer, got '0'
 // A body of at least twice `ops-per-function` ops (nested ones counted) is cut into pieces that
 // become noinline private functions of one !llvm.ptr: the values crossing a cut travel through a
 // struct on the caller's stack (memrefs as descriptors, index as i64, floats as they are).

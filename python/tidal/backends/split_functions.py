@@ -87,7 +87,7 @@ class _Piece:
         constants = list({v: None for _, _, v in self.uses_from_before if _is_constant(v)})
         with self.ops[0].location:
             with ir.InsertionPoint(module_body):
-                piece = func.FuncOp(name, ir.FunctionType.get([_PTR()], []), visibility="private")
+                piece = func.FuncOp(name, ir.FunctionType.get([_ptr_type()], []), visibility="private")
             piece.attributes["llvm.no_inline"] = ir.UnitAttr.get()  # func-to-llvm keeps `llvm.` attributes
             entry = piece.add_entry_block()
             frame = entry.arguments[0]
@@ -98,7 +98,7 @@ class _Piece:
                 ret = func.ReturnOp([]).operation
             with ir.InsertionPoint.at_block_begin(caller_entry):
                 i64 = ir.IntegerType.get_signless(64)
-                slot = llvm.AllocaOp(_PTR(), llvm.ConstantOp(i64, ir.IntegerAttr.get(i64, 1)).result, struct).result
+                slot = llvm.AllocaOp(_ptr_type(), llvm.ConstantOp(i64, ir.IntegerAttr.get(i64, 1)).result, struct).result
             with ir.InsertionPoint(before):
                 for i, v in enumerate(passed):
                     _store(v, slot, struct, i, fields[i])
@@ -117,12 +117,12 @@ class _Piece:
                     _store(v, frame, struct, i, fields[i])
 
 
-def _PTR() -> ir.Type:
+def _ptr_type() -> ir.Type:
     return ir.Type.parse("!llvm.ptr")
 
 
 def _field(base: ir.Value, struct: ir.Type, i: int) -> ir.Value:
-    return llvm.GEPOp(_PTR(), base, [], [0, i], struct, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)).result
+    return llvm.GEPOp(_ptr_type(), base, [], [0, i], struct, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)).result
 
 
 def _store(v: ir.Value, base: ir.Value, struct: ir.Type, i: int, field: str) -> None:
@@ -193,11 +193,12 @@ def _split(fn: ir.Operation, module_body: ir.Block, limit: int) -> int:
     options=("ops-per-function",),
 )
 def split_large_functions(module_op, ops_per_function: str | None = None):
-    limit = DEFAULT_OPS_PER_FUNCTION if ops_per_function is None else int(ops_per_function)
-    if limit < 1:
-        from tidal.diagnostics import TidalUnsupported
+    from tidal.diagnostics import TidalUnsupported
 
-        raise TidalUnsupported(f"ops-per-function must be positive, got {limit}")
+    text = str(DEFAULT_OPS_PER_FUNCTION) if ops_per_function is None else ops_per_function
+    if not text.isdigit() or int(text) < 1:
+        raise TidalUnsupported(f"ops-per-function must be a positive integer, got '{text}'")
+    limit = int(text)
     module_body = module_op.regions[0].blocks[0]
     for op in list(module_body.operations):
         if op.operation.name == "func.func" and len(op.regions[0].blocks):

@@ -46,7 +46,7 @@ def _sig(t: ir.Type) -> TensorSig:
 class NativeFunction:
     """Calls a compiled `_mlir_ciface_<name>` on torch tensors.
 
-    `bind(pointers)` returns a callable that runs the code on those (ctypes) descriptors, in the
+    `bind(descriptors)` returns a callable that runs the code on those (ctypes) structs, in the
     C interface's order: it is either the JIT engine's packed wrapper or the C function of a
     cached shared library; `keepalive` holds what owns the code. Each thread fills its own
     descriptors, made and bound once, those of static shapes complete but for the data pointer:
