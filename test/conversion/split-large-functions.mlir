@@ -1,7 +1,7 @@
-// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-split-large-functions{ops-per-function=4})' | filecheck %s
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-split-large-functions{ops-per-function=4 min-ops=8})' | filecheck %s
 // RUN: not tidal-opt %s --pass-pipeline='builtin.module(tidal-split-large-functions{ops-per-function=0})' 2>&1 | filecheck %s --check-prefix=BAD
 // BAD: error: ops-per-function must be a positive integer, got '0'
-// A body of at least twice `ops-per-function` ops (nested ones counted) is cut into pieces that
+// A body of at least `min-ops` ops (nested ones counted) is cut into pieces of `ops-per-function` that
 // become noinline private functions of one !llvm.ptr: the values crossing a cut travel through a
 // struct on the caller's stack (memrefs as descriptors, index as i64, floats as they are).
 // Constants are cloned into the pieces that use them; stack slots stay in the caller.
@@ -49,7 +49,7 @@ func.func @steps(%x: memref<4xf32>, %n: index) -> memref<4xf32> {
   return %b : memref<4xf32>
 }
 
-// A body below twice the limit stays whole.
+// A body below `min-ops` stays whole.
 func.func @small(%x: memref<4xf32>) -> memref<4xf32> {
   return %x : memref<4xf32>
 }

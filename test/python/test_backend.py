@@ -143,6 +143,7 @@ def test_a_large_unrolled_program_is_split_into_pieces_and_still_matches(tmp_pat
     import tidal.backends.split_functions as split
 
     monkeypatch.setattr(split, "DEFAULT_OPS_PER_FUNCTION", 40)
+    monkeypatch.setattr(split, "DEFAULT_MIN_OPS", 80)
 
     def unrolled(h, xs, w, scale):
         hs = []

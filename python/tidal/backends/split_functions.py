@@ -3,12 +3,12 @@
 LLVM's optimizer and code generator grow faster than linearly with the size of one function: a
 512-step RNN that Dynamo unrolled is one function of ~95k LLVM ops, and the JIT spent 24.4 s
 optimizing and 10.2 s generating code for it (1.5 s and 1.2 s at 128 steps). Here the top-level
-ops of a body are cut into consecutive pieces of about `ops-per-function` ops (nested ops
-counted), and each piece moves into a private function of one `!llvm.ptr`: the values crossing
-the cut travel through a struct on the caller's stack, in and out. (As arguments they would be
-3 + 2·rank scalars per memref; the last piece of that RNN reads all 512 hidden states, and a call
-with thousands of arguments made code generation slower than the whole function had been.) The
-pieces are `noinline`, or LLVM would inline each back into its only caller. Constants are cloned
+ops of a body of at least `min-ops` ops (nested ops counted) are cut into consecutive pieces of
+about `ops-per-function` ops, and each piece moves into a private function of one `!llvm.ptr`:
+the values crossing the cut travel through a struct on the caller's stack, in and out. (As
+arguments they would be 3 + 2·rank scalars per memref; the last piece of that RNN reads all 512
+hidden states, and a call with thousands of arguments made code generation slower than the whole
+function had been.) The pieces are `noinline`, or LLVM would inline each back into its only caller. Constants are cloned
 into the pieces that use them; stack slots stay in the caller, whose frame outlives the calls.
 
 Runs on bufferized memrefs before scf→cf, while a body is still one block.
@@ -23,6 +23,10 @@ from tidal.backends.threads import from_field, llvm_field_type, to_field
 from tidal.passes.registry import tidal_pass
 
 DEFAULT_OPS_PER_FUNCTION = 2000
+# Smaller bodies stay whole: LLVM's cost is still near-linear there and the frames cost more than
+# the pieces save (unrolled RNN, 128 steps ≈ 14k ops: 5.3 s whole, 5.8 s split; 256 steps: 13.5 s
+# whole, 12.0 s split; 512 steps: 50.1 s whole, 28.1 s split).
+DEFAULT_MIN_OPS = 20000
 
 # No operands, no side effects: cheaper to repeat in a piece than to pass in.
 _CONSTANT_LIKE = ("arith.constant", "memref.get_global", "func.constant", "llvm.mlir.constant",
@@ -141,7 +145,7 @@ def _is_constant(v: ir.Value) -> bool:
     return _defined_by(v, _CONSTANT_LIKE)
 
 
-def _split(fn: ir.Operation, module_body: ir.Block, limit: int) -> int:
+def _split(fn: ir.Operation, module_body: ir.Block, limit: int, min_ops: int) -> int:
     """Outline pieces of `fn`'s body; returns how many functions were made."""
     blocks = fn.regions[0].blocks
     if len(blocks) != 1:
@@ -150,7 +154,7 @@ def _split(fn: ir.Operation, module_body: ir.Block, limit: int) -> int:
     top = [op.operation for op in body.operations]
     *ops, terminator = top
     sizes = [_count_ops(op) for op in ops]
-    if sum(sizes) < 2 * limit:
+    if sum(sizes) < max(min_ops, 2 * limit):
         return 0
     # Constants and stack slots first: every piece can then clone or receive them.
     stay = [op for op in ops if _stays_in_caller(op) and all(_is_constant(v) for v in op.operands)]
@@ -190,16 +194,21 @@ def _split(fn: ir.Operation, module_body: ir.Block, limit: int) -> int:
 @tidal_pass(
     "tidal-split-large-functions",
     "Move consecutive pieces of a huge function body into noinline functions (LLVM compile time)",
-    options=("ops-per-function",),
+    options=("ops-per-function", "min-ops"),
 )
-def split_large_functions(module_op, ops_per_function: str | None = None):
-    from tidal.diagnostics import TidalUnsupported
-
-    text = str(DEFAULT_OPS_PER_FUNCTION) if ops_per_function is None else ops_per_function
-    if not text.isdigit() or int(text) < 1:
-        raise TidalUnsupported(f"ops-per-function must be a positive integer, got '{text}'")
-    limit = int(text)
+def split_large_functions(module_op, ops_per_function: str | None = None, min_ops: str | None = None):
+    limit = _positive("ops-per-function", ops_per_function, DEFAULT_OPS_PER_FUNCTION)
+    smallest = _positive("min-ops", min_ops, DEFAULT_MIN_OPS)
     module_body = module_op.regions[0].blocks[0]
     for op in list(module_body.operations):
         if op.operation.name == "func.func" and len(op.regions[0].blocks):
-            _split(op.operation, module_body, limit)
+            _split(op.operation, module_body, limit, smallest)
+
+
+def _positive(option: str, text: str | None, default: int) -> int:
+    from tidal.diagnostics import TidalUnsupported
+
+    text = str(default) if text is None else text
+    if not text.isdigit() or int(text) < 1:
+        raise TidalUnsupported(f"{option} must be a positive integer, got '{text}'")
+    return int(text)
