@@ -8,8 +8,9 @@ about `ops-per-function` ops, and each piece moves into a private function of on
 the values crossing the cut travel through a struct on the caller's stack, in and out. (As
 arguments they would be 3 + 2·rank scalars per memref; the last piece of that RNN reads all 512
 hidden states, and a call with thousands of arguments made code generation slower than the whole
-function had been.) The pieces are `noinline`, or LLVM would inline each back into its only caller. Constants are cloned
-into the pieces that use them; stack slots stay in the caller, whose frame outlives the calls.
+function had been.) The pieces are `noinline`, or LLVM would inline each back into its only
+caller. Constants are cloned into the pieces that use them; stack slots stay in the caller, whose
+frame outlives the calls.
 
 Runs on bufferized memrefs before scf→cf, while a body is still one block.
 """
