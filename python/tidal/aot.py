@@ -20,6 +20,7 @@ library. The code is what the JIT runs, so an export matches the in-process resu
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -452,10 +453,7 @@ int {name}_run(const tidal_tensor *inputs, tidal_tensor *outputs) {{
 def _allocate_output(i: int, sig) -> str:
     from tidal.runtime.memref import contiguous_strides
 
-    numel = 1
-    for size in sig.shape:
-        numel *= size
-    lines = [f"  outputs[{i}].data = malloc({numel * sig.itemsize or 1});",
+    lines = [f"  outputs[{i}].data = malloc({math.prod(sig.shape) * sig.itemsize or 1});",
              f"  if (!outputs[{i}].data) {{ for (int j = 0; j < {i}; j++) free(outputs[j].data); return fail(\"out of memory\"); }}",
              f"  desc{sig.rank} o{i} = {{outputs[{i}].data, outputs[{i}].data, 0}};"]
     for d, (size, stride) in enumerate(zip(sig.shape, contiguous_strides(sig.shape))):

@@ -107,15 +107,19 @@ def _as_i64(v: ir.Value) -> ir.Value:
     return arith.IndexCastOp(ir.IntegerType.get_signless(64), v).result
 
 
+def _address(v: ir.Value, md, elements: ir.Value | None = None) -> ir.Value:
+    """The byte address (i64) of `v`'s first element (`md`: its strided metadata), or of the one
+    `elements` further on."""
+    base = memref.ExtractAlignedPointerAsIndexOp(v).result
+    elt_bytes = arith.ConstantOp(ir.IndexType.get(), v.type.element_type.width // 8).result
+    at = md.offset if elements is None else arith.AddIOp(md.offset, elements).result
+    return _as_i64(arith.AddIOp(base, arith.MulIOp(at, elt_bytes).result).result)
+
+
 def _matrix(v: ir.Value):
     """(byte address as i64, leading dimension as i64, rows, cols) of a 2-D strided memref."""
-    t = v.type
     md = memref.ExtractStridedMetadataOp(v)
-    base = memref.ExtractAlignedPointerAsIndexOp(v).result
-    elt_bytes = arith.ConstantOp(ir.IndexType.get(), t.element_type.width // 8).result
-    offset_bytes = arith.MulIOp(md.offset, elt_bytes).result
-    address = arith.AddIOp(base, offset_bytes).result
-    return _as_i64(address), _as_i64(md.strides[0]), md.sizes[0], md.sizes[1]
+    return _address(v, md), _as_i64(md.strides[0]), md.sizes[0], md.sizes[1]
 
 
 def _ensure_shim(module_op, gemm: str, elt: str) -> str:
@@ -244,18 +248,14 @@ def _batched_gemm(shim: str, flags, beta, a, b, c) -> None:
     batch entry found from its strides (MKL's batched gemm is not in the Fortran API torch
     exports; per-entry calls of these sizes run as fast per FLOP)."""
     index = ir.IndexType.get()
-    metadata = [memref.ExtractStridedMetadataOp(v) for v in (a, b, c)]
-    bases = [memref.ExtractAlignedPointerAsIndexOp(v).result for v in (a, b, c)]
-    elt_bytes = arith.ConstantOp(index, c.type.element_type.width // 8).result
+    operands = (a, b, c)
+    metadata = [memref.ExtractStridedMetadataOp(v) for v in operands]
     zero, one = arith.ConstantOp(index, 0).result, arith.ConstantOp(index, 1).result
     loop = scf.ForOp(zero, metadata[2].sizes[0], one, [])
     with ir.InsertionPoint(loop.body):
         i = loop.induction_variable
-        pointers = []
-        for md, base in zip(metadata, bases):
-            element = arith.AddIOp(md.offset, arith.MulIOp(i, md.strides[0]).result).result
-            pointers.append(_as_i64(arith.AddIOp(base, arith.MulIOp(element, elt_bytes).result).result))
-        (pa, pb, pc), (ma, mb, mc) = pointers, metadata
+        pa, pb, pc = (_address(v, md, arith.MulIOp(i, md.strides[0]).result) for v, md in zip(operands, metadata))
+        ma, mb, mc = metadata
         m, k, n = mc.sizes[1], ma.sizes[2], mc.sizes[2]
         func.CallOp([], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa,
                     _as_i64(ma.strides[1]), pb, _as_i64(mb.strides[1]), beta, pc, _as_i64(mc.strides[1])])

@@ -110,18 +110,12 @@ def _squeeze_dims(x, dims):
     return torch.ops.aten.view.default(x, [n for i, n in enumerate(x.shape) if not (i in dims and n == 1)])
 
 
-def _contiguous_strides(size) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.append(step)
-        step *= max(n, 1)
-    return strides[::-1]
-
-
 def rewrite_contiguous_as_strided(gm: torch.fx.GraphModule) -> None:
     """`as_strided` that only reshapes a contiguous tensor becomes `view` (torch-mlir imports no
     as_strided). Decompositions produce them: `native_group_norm` does inside loop bodies."""
     from math import prod
+
+    from tidal.runtime.memref import contiguous_strides
 
     aten = torch.ops.aten
     changed = False
@@ -137,7 +131,7 @@ def rewrite_contiguous_as_strided(gm: torch.fx.GraphModule) -> None:
                 and offset in (None, 0)
                 and val.is_contiguous()
                 and isinstance(val.numel(), int)
-                and list(stride) == _contiguous_strides(size)
+                and list(stride) == contiguous_strides(size)
                 and prod(size) == val.numel()
             ):
                 node.target = aten.view.default

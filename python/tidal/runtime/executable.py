@@ -63,6 +63,7 @@ class NativeFunction:
         self.args = args
         self.results = results
         self.results_as_arguments = results_as_arguments(results)
+        self._static_args = [s.is_static for s in args]
         self._per_thread = threading.local()
 
     @classmethod
@@ -112,8 +113,8 @@ class NativeFunction:
             raise TypeError(f"expected {len(self.args)} tensors, got {len(tensors)}")
         inputs, outputs, out, run = self._bound()
         keep = [self._check_arg(i, t, sig) for i, (t, sig) in enumerate(zip(tensors, self.args))]
-        for d, t, sig in zip(inputs, keep, self.args):
-            if sig.is_static:
+        for d, t, static in zip(inputs, keep, self._static_args):
+            if static:
                 d.allocated = d.aligned = t.data_ptr()
             else:
                 fill_descriptor(d, t)
@@ -153,11 +154,15 @@ class NativeFunction:
             raise TypeError(f"argument {i} has dtype {t.dtype}, compiled for {sig.dtype}")
         if not t.is_cpu:
             raise TypeError(f"argument {i} is on {t.device}; the CPU backend needs CPU tensors")
-        if t.shape != sig.shape if sig.is_static else (
-            t.dim() != sig.rank or any(s is not None and s != d for s, d in zip(sig.shape, t.shape))
-        ):
+        if not _shape_matches(t, sig):
             raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
         return t if t.is_contiguous() else t.contiguous()
+
+
+def _shape_matches(t: torch.Tensor, sig: TensorSig) -> bool:
+    if sig.is_static:
+        return t.shape == sig.shape  # one comparison: the common case, on every call
+    return t.dim() == sig.rank and all(s is None or s == d for s, d in zip(sig.shape, t.shape))
 
 
 def _descriptor(sig: TensorSig):

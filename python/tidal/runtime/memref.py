@@ -74,10 +74,11 @@ def results_as_arguments(results: list[TensorSig]) -> bool:
 
 
 def contiguous_strides(shape) -> list[int]:
+    """Row-major strides as torch gives them (a size-0 dim counts as 1)."""
     strides, acc = [], 1
     for size in reversed(shape):
         strides.append(acc)
-        acc *= size
+        acc *= max(size, 1)
     return strides[::-1]
 
 
