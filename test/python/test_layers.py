@@ -188,3 +188,24 @@ def test_layer_compiles_strictly_and_matches_eager(name, mode):
         expected = program(*args)
         got = torch.compile(program, backend="tidal", fullgraph=True)(*args)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_moments_are_computed_in_float_not_float64(dtype, tmp_path):
+    """LayerNorm and GroupNorm compute their moments in float (the computation dtype of bf16 too),
+    as ATen's CPU kernels do; the generic decomposition's var_mean would be lowered in float64."""
+
+    def norms(x, w, b):
+        return F.layer_norm(x, (16,), w, b), F.group_norm(x.reshape(2, 8, 4), 4)
+
+    x = _inputs((4, 16), dtype)
+    w, b = _inputs((16,), dtype), _inputs((16,), dtype)
+    with torch.no_grad():
+        expected = norms(x, w, b)
+        got = torch.compile(norms, backend="tidal", options={"dump_dir": str(tmp_path)})(x, w, b)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+    (graph_dir,) = list(tmp_path.iterdir())
+    linalg = (graph_dir / "02-linalg.mlir").read_text()
+    assert "xf64>" not in linalg
+    if dtype == torch.bfloat16:
+        assert "xf32>" in linalg
