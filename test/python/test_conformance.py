@@ -188,6 +188,27 @@ def test_generic_associative_scan_stays_one_op_under_dynamo(tmp_path, name, leng
     assert text.count("torch.aten.") < 25, text
 
 
+def scaled_rows(w, v):
+    """Per-row affine maps v_t = w_t * v_{t-1} + v_t with w [T, 3] and v [T, 3, 2]: only v's
+    result is used, and it reads w's element, never w's running product."""
+
+    def combine(left, right):
+        (w1, v1), (w2, v2) = left, right
+        return w1 * w2, v1 * w2.unsqueeze(-1) + v2
+
+    return associative_scan(combine, (w, v), dim=0, combine_mode="generic")[1]
+
+
+@pytest.mark.parametrize("length", [1, 2, 9])
+def test_an_unused_result_of_a_different_shape_is_not_computed(length):
+    """The CPU loop drops w's running product (lit: associative-scan-in-place.mlir); the prefix it
+    carries for v must be read with v's slice shape, not w's."""
+    w, v = 0.5 + 0.5 * torch.rand(length, 3), torch.randn(length, 3, 2)
+    compiled = torch.compile(scaled_rows, backend="tidal", fullgraph=True, options={"fallback": "error"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(w, v), scaled_rows(w, v))
+
+
 def test_other_backends_still_trace_torchs_algorithm():
     """Only graphs for tidal keep the HOP: Inductor cannot compile it on the CPU."""
     graphs = []

@@ -67,7 +67,7 @@ def lower_associative_scan_to_scf(op):
         length = b.dim_size(xs[0], dim)
         outs = [b.empty_like_stacked(x.type, length, dim, f"'{op.name}' result", op.location) for x in xs]
         if not may_block:
-            results = scan.rows(xs, outs, None, consume_body=True)
+            results = scan.rows(xs, outs, None, consume_body=True, needed=_needed_results(op, body, k))
         else:
             threads = arith.IndexCastOp(ir.IndexType.get(), func.CallOp([ir.IntegerType.get_signless(32)], _max_threads(op), []).result).result
             parallel = arith.AndIOp(
@@ -81,6 +81,41 @@ def lower_associative_scan_to_scf(op):
                 scf.YieldOp(scan.rows(xs, outs, None))
             results = list(choice.results)
     b.replace_op(op, results)
+
+
+def _needed_results(op, body: ir.Block, k: int) -> list[bool]:
+    """Which results the sequential loop must compute: those used after the scan, and those whose
+    running prefix feeds them. Only the sequential form may drop the others: there the combine's
+    rhs is always one element, while in a blocked or tree form it is a partial prefix of every
+    operand (the running product of a linear recurrence's `a`, needed by its `b` there, is dead
+    here, and a differentiated recurrence's forward and adjoint both have one)."""
+    args = list(body.arguments)
+    reaches: dict = {arg: {i} for i, arg in enumerate(args[:k])}
+
+    def lhs_of(v) -> set[int]:
+        return reaches.get(v, set())
+
+    def operands_within(op):
+        found = []
+
+        def visit(inner):
+            found.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(visit)
+        return found
+
+    for inner in body.operations:
+        deps = set().union(*(lhs_of(v) for v in operands_within(inner.operation)))
+        for r in inner.results:
+            reaches[r] = deps
+    yielded = list(body.operations)[-1].operands
+    needed = {j for j in range(k) if len(list(op.results[j].uses))}
+    while True:
+        more = set().union(*(lhs_of(yielded[j]) for j in needed)) - needed
+        if not more:
+            return [j in needed for j in range(k)]
+        needed |= more
 
 
 def _max_threads(op) -> ir.FlatSymbolRefAttr:
@@ -108,10 +143,14 @@ class _Scan:
     def step(self, values, at):
         return [b.extract_step(v, self.dim, at, st) for v, st in zip(values, self.slice_types)]
 
-    def rows(self, xs, outs, carry, consume_body=False):
+    def rows(self, xs, outs, carry, consume_body=False, needed=None):
         """`outs` (shaped like `xs`) filled with the inclusive scan of `xs`, entered with
-        `carry` (None: the first element starts it). Needs at least one position."""
+        `carry` (None: the first element starts it). Needs at least one position.
+
+        `needed` (None: all) says which results to compute; the others are left unwritten, their
+        combine's lhs given the step's element (their computation is then dead code)."""
         dim, reverse = self.dim, self.reverse
+        live = [j for j in range(len(xs)) if needed is None or needed[j]]
         length = b.dim_size(xs[0], dim)
         first = b.step_index(b.index(0), length, reverse)
         start = self.step(xs, first)
@@ -119,19 +158,25 @@ class _Scan:
             anchor = ir.Operation.create("tidal.lowering_anchor")
             start = self.combine(carry, start, anchor)
             anchor.erase()
-        outs = [b.insert_step(v, o, dim, first) for v, o in zip(start, outs)]
-        loop = scf.ForOp(b.index(1), length, b.index(1), outs)
+        loop = scf.ForOp(b.index(1), length, b.index(1), [b.insert_step(start[j], outs[j], dim, first) for j in live])
         iv, acc_outs = loop.induction_variable, list(loop.inner_iter_args)
         anchor = b.anchor_at_end(loop.body)
         with ir.InsertionPoint(anchor):
             t = b.step_index(iv, length, reverse)
             prev = b.step_index(arith.SubIOp(iv, b.index(1)).result, length, reverse)
-            acc, x_t = self.step(acc_outs, prev), self.step(xs, t)
+            prefixes = [b.extract_step(out, dim, prev, self.slice_types[j]) for j, out in zip(live, acc_outs)]
+            x_t = self.step(xs, t)
+            acc = list(x_t)
+            for j, a in zip(live, prefixes):
+                acc[j] = a
         combined = self.combine(acc, x_t, anchor, consume_body)
         with ir.InsertionPoint(anchor):
-            scf.YieldOp([b.insert_step(c, out, dim, t) for c, out in zip(combined, acc_outs)])
+            scf.YieldOp([b.insert_step(combined[j], out, dim, t) for j, out in zip(live, acc_outs)])
         anchor.erase()
-        return list(loop.results)
+        results = list(outs)
+        for j, r in zip(live, loop.results):
+            results[j] = r
+        return results
 
 
 def _forall(count: ir.Value, lower: int, shared: list[ir.Value]):
