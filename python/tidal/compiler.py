@@ -106,14 +106,22 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
     return CompiledProgram(native, ep.call_spec.out_spec, len(native.args))
 
 
-def native_function(prog, dump_dir: str | None = None):
-    """Lower an imported program to native code, or load it from the cache (in memory, on disk)."""
+def native_function(prog, dump_dir: str | None = None, output_aliases: list[str] | None = None):
+    """Lower an imported program to native code, or load it from the cache (in memory, on disk).
+
+    `output_aliases` (see `tidal.backends.forwarded_results`) lets the runtime hand out an input
+    or an earlier result where an output is a view of it, instead of a copy."""
+    from tidal.backends.forwarded_results import ALLOWED, forwarded_results
     from tidal.runtime import NativeFunction, cache, signature_of
 
     func_name = prog.func_name
     lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
     with prog.context:
+        if output_aliases:
+            _function(prog.module, func_name).attributes[ALLOWED] = ir.ArrayAttr.get([ir.StringAttr.get(a) for a in output_aliases])
+            run_pipeline(prog.module.operation, "builtin.module(tidal-forward-aliased-results)", prog.context)
         args, results = signature_of(prog.module, func_name)
+        forwarded = forwarded_results(_function(prog.module, func_name))
     key = cache.cache_key(str(prog.module), func_name, _pipeline_text("llvm"))
     native = cache.lookup(key, func_name)
     if native is None:
@@ -125,7 +133,15 @@ def native_function(prog, dump_dir: str | None = None):
         cache.remember(key, native)
     elif dump_dir:  # a cache hit still dumps every stage, for the user inspecting the IR
         lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
+    native.forwarded = forwarded
     return native
+
+
+def _function(module: ir.Module, name: str) -> ir.Operation:
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op.operation
+    raise KeyError(name)
 
 
 def gpu_function(prog, dump_dir: str | None = None):
@@ -176,8 +192,10 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
             f.write(gm.print_readable(print_output=False))
     if device == "cuda":
         _device_agnostic(gm)
-    lowered = gpu_function if device == "cuda" else native_function
-    return GraphProgram(lowered(import_graph_module(gm), dump_dir), plan)
+        return GraphProgram(gpu_function(import_graph_module(gm), dump_dir), plan)
+    from tidal.backends.forwarded_results import output_aliases
+
+    return GraphProgram(native_function(import_graph_module(gm), dump_dir, output_aliases(gm)), plan)
 
 
 def _device_agnostic(gm) -> None:

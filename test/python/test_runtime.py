@@ -123,3 +123,57 @@ def test_static_results_are_written_into_tensors_the_runtime_allocates():
         for o in outs:
             o.zero_()
         torch.testing.assert_close(x, x_before)
+
+
+def test_outputs_that_alias_an_input_or_an_earlier_output_are_handed_out_not_copied():
+    """aot_autograd's graphs return an input as a residual and one value twice (a user output and
+    its alias saved for the backward): the program hands those tensors out as they are, as
+    Inductor does (tidal-forward-aliased-results). A clone folds to the same value in the IR but
+    is a fresh tensor in the program: it stays a fresh tensor."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tidal.compiler import compile_graph_module
+
+    def f(x, a):
+        y = x * 2
+        return y, a.view(4), y.view(4), x.clone(), y.clone()
+
+    x, a = torch.randn(4), torch.randn(4)
+    program = compile_graph_module(make_fx(f)(x, a), (x, a))
+    assert program.native.forwarded == [None, ("arg", 1), ("result", 0), None, None]
+    y, a_view, y_view, x_clone, y_clone = program([x, a])
+    for got, want in zip((y, a_view, y_view, x_clone, y_clone), f(x, a)):
+        torch.testing.assert_close(got, want)
+    assert a_view.data_ptr() == a.data_ptr() and y_view.data_ptr() == y.data_ptr()  # aliases, as in eager
+    x_before, y_before = x.clone(), y.clone()
+    x_clone.add_(1)
+    y_clone.add_(1)
+    torch.testing.assert_close(x, x_before)
+    torch.testing.assert_close(y, y_before)
+
+
+def test_training_forward_saves_its_input_without_a_copy(monkeypatch):
+    """The linear recurrence's forward returns `a` (a residual) and h twice (output and residual):
+    one computed buffer, the others handed out; gradients as eager's."""
+    from torch._higher_order_ops import associative_scan
+
+    import tidal.compiler
+
+    natives = []
+    compile_native = tidal.compiler.native_function
+    monkeypatch.setattr(tidal.compiler, "native_function", lambda *a, **k: natives.append(compile_native(*a, **k)) or natives[-1])
+
+    def recurrence(a, b):
+        return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a, b), dim=0, combine_mode="generic")[1]
+
+    a = (0.5 + 0.5 * torch.rand(64, 16)).requires_grad_()
+    b = torch.randn(64, 16, requires_grad=True)
+    compiled = torch.compile(recurrence, backend="tidal", options={"fallback": "error"})
+    h = compiled(a, b)
+    forward = natives[0].forwarded
+    assert forward is not None and forward.count(None) == 1, forward
+    h_eager = recurrence(a, b)
+    torch.testing.assert_close(h, h_eager)
+    got = torch.autograd.grad(h.square().sum(), (a, b))
+    want = torch.autograd.grad(h_eager.square().sum(), (a, b))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -10,24 +10,29 @@ from torch_mlir import ir
 
 import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to-runtime)
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
+import tidal.backends.concat  # noqa: F401  (registers tidal-concat-in-place)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
+import tidal.backends.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import tidal_pass, tidal_pipeline
 
-# Arguments are the caller's tensors: One-Shot would otherwise treat them as writable and let an op
+# eliminate-empty-tensors lets an op whose result is inserted into a larger tensor (a concat's
+# operand, `tidal-concat-in-place`) compute straight into its slice. Arguments are the caller's tensors: One-Shot would otherwise treat them as writable and let an op
 # whose destination is an argument (a matmul accumulating into an input, `b + x @ w`) overwrite it.
 # torch-mlir's tm_tensor ops (cumsum/cumprod as tm_tensor.scan, ...) have no One-Shot
 # bufferization model: One-Shot leaves them to torch-mlir's own tm-tensor-bufferize, which runs
 # right after it, and tm-tensor-to-loops lowers them with the linalg loops. Buffer hoisting then
 # moves a loop body's temporaries of fixed size out of the loop (one allocation, not one per
-# iteration; buffers a loop yields stay inside).
+# iteration; buffers a loop yields stay inside). An op that bufferized in place into the slice a
+# `tensor.insert_slice` then copies to leaves a copy between two equal subviews: cse makes them
+# one value and canonicalize drops the self-copy.
 BUFFERIZE = (
-    "tidal-read-only-arguments, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
+    "tidal-read-only-arguments, eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
-    "func.func(tm-tensor-bufferize), canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
+    "func.func(tm-tensor-bufferize), cse, canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
 
 # tidal-fold-into-matmul runs before elementwise fusion too: fusion would otherwise merge a
@@ -39,7 +44,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
-    "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, canonicalize, "
+    "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-concat-in-place, canonicalize, "
     f"{BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "

@@ -55,6 +55,9 @@ class NativeFunction:
     With every result of static shape (`results_as_arguments`), the outputs are torch tensors
     allocated here and passed after the inputs; otherwise the code returns descriptors of memory
     it allocated, which the results adopt or copy (`take_result`).
+
+    `forwarded` (set by the compiler, `tidal-forward-aliased-results`) puts back the results the
+    code does not return: an input tensor or an earlier result, handed out as it is.
     """
 
     def __init__(self, bind, keepalive, args: list[TensorSig], results: list[TensorSig]):
@@ -65,6 +68,7 @@ class NativeFunction:
         self.results_as_arguments = results_as_arguments(results)
         self._static_args = [s.is_static for s in args]
         self._per_thread = threading.local()
+        self.forwarded: list[tuple[str, int] | None] | None = None
 
     @classmethod
     def from_llvm_module(cls, llvm_module: ir.Module, func_name: str, args, results, opt_level: int = 3):
@@ -124,10 +128,11 @@ class NativeFunction:
                 d.allocated = d.aligned = r.data_ptr()
             run()
             errors.raise_pending()
-            return results
-        run()
-        errors.raise_pending()
-        return self._take_results(out, keep)
+        else:
+            run()
+            errors.raise_pending()
+            results = self._take_results(out, keep)
+        return results if self.forwarded is None else _with_forwarded(self.forwarded, results, keep)
 
     def _take_results(self, out, keep: list[torch.Tensor]) -> list[torch.Tensor]:
         spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in keep]
@@ -157,6 +162,14 @@ class NativeFunction:
         if not _shape_matches(t, sig):
             raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
         return t if t.is_contiguous() else t.contiguous()
+
+
+def _with_forwarded(plan, computed: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    computed = iter(computed)
+    results: list[torch.Tensor] = []
+    for p in plan:
+        results.append(next(computed) if p is None else (inputs if p[0] == "arg" else results)[p[1]])
+    return results
 
 
 def _shape_matches(t: torch.Tensor, sig: TensorSig) -> bool:
