@@ -102,3 +102,54 @@ func.func @accumulator_after_product(%y: tensor<4x5xf32>, %x: tensor<4x8xf32>, %
   } -> tensor<4x5xf32>
   return %s : tensor<4x5xf32>
 }
+
+// A loop's matmul by the transpose of a matrix the loop does not change (an RNN adjoint's dh·Uᵀ):
+// the transpose moves before the loop, once per call, and each step's matmul reads it untransposed
+// (BLAS's NN kernel, faster than NT at these sizes). Two transposes sharing one init both move.
+// CHECK-LABEL: func.func @invariant_weight_in_loop
+// CHECK-SAME:  (%[[H:[a-z0-9]+]]: tensor<4x8xf32>, %[[U:[a-z0-9]+]]: tensor<8x8xf32>, %[[V:[a-z0-9]+]]: tensor<8x8xf32>)
+// CHECK:       %[[UT:.+]] = linalg.transpose ins(%[[U]] : tensor<8x8xf32>)
+// CHECK:       %[[VT:.+]] = linalg.transpose ins(%[[V]] : tensor<8x8xf32>)
+// CHECK:       scf.for
+// CHECK-NOT:   linalg.transpose
+// CHECK:       linalg.matmul ins(%{{.*}}, %[[UT]] : tensor<4x8xf32>, tensor<8x8xf32>)
+// CHECK:       linalg.matmul ins(%{{.*}}, %[[VT]] : tensor<4x8xf32>, tensor<8x8xf32>)
+func.func @invariant_weight_in_loop(%h0: tensor<4x8xf32>, %u: tensor<8x8xf32>, %v: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %zero = arith.constant 0.0 : f32
+  %r = scf.for %i = %c0 to %c16 step %c1 iter_args(%h = %h0) -> (tensor<4x8xf32>) {
+    %et = tensor.empty() : tensor<8x8xf32>
+    %ut = linalg.transpose ins(%u : tensor<8x8xf32>) outs(%et : tensor<8x8xf32>) permutation = [1, 0]
+    %e = tensor.empty() : tensor<4x8xf32>
+    %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %m = linalg.matmul ins(%h, %ut : tensor<4x8xf32>, tensor<8x8xf32>) outs(%z : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %vt = linalg.transpose ins(%v : tensor<8x8xf32>) outs(%et : tensor<8x8xf32>) permutation = [1, 0]
+    %n = linalg.matmul ins(%m, %vt : tensor<4x8xf32>, tensor<8x8xf32>) outs(%z : tensor<4x8xf32>) -> tensor<4x8xf32>
+    scf.yield %n : tensor<4x8xf32>
+  }
+  return %r : tensor<4x8xf32>
+}
+
+// The transposed matrix changes with each step: read with 'T' inside the loop.
+// CHECK-LABEL: func.func @variant_matrix_in_loop
+// CHECK:       scf.for
+// CHECK-NOT:   linalg.transpose
+// CHECK:       linalg.matmul indexing_maps = [#[[A]], #[[B_T]], #[[C]]]
+func.func @variant_matrix_in_loop(%h0: tensor<4x8xf32>, %ws: tensor<16x8x8xf32>) -> tensor<4x8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %zero = arith.constant 0.0 : f32
+  %r = scf.for %i = %c0 to %c16 step %c1 iter_args(%h = %h0) -> (tensor<4x8xf32>) {
+    %w = tensor.extract_slice %ws[%i, 0, 0] [1, 8, 8] [1, 1, 1] : tensor<16x8x8xf32> to tensor<8x8xf32>
+    %et = tensor.empty() : tensor<8x8xf32>
+    %wt = linalg.transpose ins(%w : tensor<8x8xf32>) outs(%et : tensor<8x8xf32>) permutation = [1, 0]
+    %e = tensor.empty() : tensor<4x8xf32>
+    %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %m = linalg.matmul ins(%h, %wt : tensor<4x8xf32>, tensor<8x8xf32>) outs(%z : tensor<4x8xf32>) -> tensor<4x8xf32>
+    scf.yield %m : tensor<4x8xf32>
+  }
+  return %r : tensor<4x8xf32>
+}
