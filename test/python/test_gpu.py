@@ -193,3 +193,68 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
     (graph,) = tmp_path.glob("graph*")
     for part in ("forward", "backward"):
         assert list((graph / part).glob("tidal_scan_rows_*.ttir")), part
+
+
+def _cond_clamp(x):
+    """bench/cases.py's cond_clamp (issue #13): two `any`s over x fused into one reduction kernel."""
+    return torch.cond(x.isnan().any() | x.isinf().any(), lambda t: torch.nan_to_num(t, 0.0, 1e4, -1e4), lambda t: t.clone(), (x,))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "odd_numel", "transposed", "misaligned"])
+def test_fused_reductions_and_flat_kernels_match_eager(layout):
+    """cond_clamp (one reduction kernel for both `any`s, flat vector kernels on contiguous
+    operands) and sibling reductions of another kind (row sums and maxima of one matrix), on
+    clean inputs and with a NaN or an inf; a transposed or misaligned input takes the strided
+    variants of the same program, an odd numel the flat one without the multiple-of-16 promise."""
+    shape = (257, 129) if layout == "odd_numel" else (512, 256)
+    gen = torch.Generator().manual_seed(5)
+    base = torch.randn(shape, generator=gen)
+
+    def on_cuda(t):
+        if layout == "transposed":
+            return t.t().contiguous().cuda().t()
+        if layout == "misaligned":
+            flat = torch.empty(t.numel() + 1, device="cuda")[1:]
+            return flat.view(t.shape).copy_(t)
+        return t.cuda()
+
+    def row_stats(x):
+        return x.sum(-1), x.amax(-1), x.abs().sum(-1)
+
+    for fn in (_cond_clamp, row_stats):
+        program = _gpu_program(fn, (base,))
+        for poison in (None, float("nan"), float("inf"), float("-inf")):
+            x = base.clone()
+            if poison is not None:
+                x[shape[0] // 3, shape[1] // 5] = poison
+            x = on_cuda(x)
+            with torch.no_grad():
+                got, expected = program(x), fn(x)
+            torch.testing.assert_close(list(got), list(expected) if isinstance(expected, tuple) else [expected],
+                                       rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_replays_hand_out_the_graph_outputs_without_overwriting_held_ones():
+    """A replay's results are the graph's own outputs (no copy: the same memory at every replay
+    whose results were dropped); while the caller holds them, the next call does not replay that
+    graph (it would overwrite them) but a second capture, and the held results keep their values."""
+    program = _gpu_program(_cond_clamp, (torch.randn(64, 64),))
+    x = torch.randn(64, 64, device="cuda")
+    with torch.no_grad():
+        program(x)
+        program(x)  # captured
+        first = program(x)[0].data_ptr()  # a replay, dropped at once
+        assert program(x)[0].data_ptr() == first  # the same graph output again: nothing copied
+        held = program(x)[0]
+        kept = held.clone()
+        x.mul_(2)
+        while_held = program(x)[0]  # `held` alive: a second capture serves
+        again = program(x)[0]
+        torch.testing.assert_close(held, kept)
+        torch.testing.assert_close(while_held, _cond_clamp(x))
+        torch.testing.assert_close(again, _cond_clamp(x))
+        assert held.data_ptr() == first and again.data_ptr() != first
+        captures = next(iter(program._graphs.values()))
+        assert len(captures) == 2
+        del held, while_held, again
+        assert all(c.replayable() for c in captures)

@@ -120,3 +120,80 @@ def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():
     loop = ttir.index("scf.for")
     assert ttir.index("tt.dot", loop) > loop
     assert ttir.count("tt.dot") == 1
+
+
+def cond_clamp(x):
+    """bench/cases.py's cond_clamp: two `any` reductions over x, then a select on their `|`."""
+    import torch
+
+    return torch.cond(x.isnan().any() | x.isinf().any(), lambda t: torch.nan_to_num(t, 0.0, 1e4, -1e4), lambda t: t.clone(), (x,))
+
+
+def _traced_gpu_program(fn, *inputs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gpu_function(import_program(fn, inputs))
+
+
+def test_sibling_reductions_are_one_kernel_reading_their_operand_once():
+    """cond_clamp's isnan().any() and isinf().any() both reduce x: ONE split-reduction kernel
+    whose loop loads x once and writes both partials, then the select kernel."""
+    import torch
+
+    program = _traced_gpu_program(cond_clamp, torch.randn(256, 256))
+    kernels = program.kernels_for_emit()
+    assert [re.sub(r"_\d+.*", "", k.name) for k in kernels] == ["tidal_reduce", "tidal_generic"], [k.name for k in kernels]
+    ttir = kernel_asm(kernels[0], "ttir", ("cuda", 90))
+    loop = ttir[ttir.index("scf.for"):]
+    assert loop.count("tt.load") == 1, ttir
+    assert ttir.count("tt.store") == 2  # one partial per `any`
+    assert ttir.count('"tt.reduce"') == 2 and ttir.index('"tt.reduce"') > ttir.index("scf.yield")  # after the loop only
+
+
+def _ptx_facts(kernel) -> tuple[set[str], int]:
+    """The kinds of global loads and stores of a kernel's sm_90 PTX, and its integer div/rem count."""
+    ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
+    return set(re.findall(r"(?:ld|st)\.global[\w.]*", ptx)), len(re.findall(r"\b(?:div|rem)\.[su]", ptx))
+
+
+def test_contiguous_kernels_use_flat_offsets_and_vector_loads():
+    """On contiguous operands of one shape (numel a multiple of 16) the elementwise kernel and the
+    reduction read each element at its flat position: no div/rem by the sizes in the PTX, and
+    128-bit loads (the select kernel's stores too); the 0-d predicates are one scalar load each."""
+    import torch
+
+    program = _traced_gpu_program(cond_clamp, torch.randn(256, 256))
+    reduce, select = program.kernels_for_emit()
+    assert reduce.name.endswith("_flat16") and select.name.endswith("_flat16")
+    for kernel in (reduce, select):
+        accesses, div_rem = _ptx_facts(kernel)
+        assert div_rem == 0, kernel.name
+        assert "ld.global.v4.b32" in accesses, (kernel.name, accesses)
+    assert "st.global.v4.b32" in _ptx_facts(select)[0]
+    assert select.text.count("tt.load %in0 : !tt.ptr<i8>") == 1 and select.text.count("tt.load %in1 : !tt.ptr<i8>") == 1
+
+
+def test_broadcast_operands_keep_the_strided_kernel():
+    """A row vector broadcast over a matrix is not read at flat positions: the kernel addresses
+    it through its strides (div/rem recover the indices)."""
+    import torch
+
+    program = _traced_gpu_program(lambda x, v: x * v, torch.randn(64, 32), torch.randn(32))
+    (kernel,) = program.kernels_for_emit()
+    assert "_flat" not in kernel.name
+    assert _ptx_facts(kernel)[1] > 0
+
+
+def test_the_flat_variant_needs_contiguous_aligned_operands():
+    """The launch-time choice of the variant (`_layout`): a transposed or a misaligned operand
+    gets the strided kernel, a numel not a multiple of 16 the flat one without the promise."""
+    import torch
+
+    from tidal.backends.gpu.program import _layout
+
+    assert _layout([True], [torch.empty(64, 32)], 2048) == (True, True)
+    assert _layout([True], [torch.empty(64, 32)], 2047) == (True, False)
+    assert _layout([True], [torch.empty(32, 64).t()], 2048) == (False, False)
+    assert _layout([True], [torch.empty(2049)[1:]], 2048) == (False, False)
+    assert _layout([False], [torch.empty(2049)[1:]], 2048) == (True, True)  # one element: a scalar load
+    assert _layout(None, [torch.empty(64, 32)], 2048) == (False, False)

@@ -1,11 +1,12 @@
 """GPU backend: linalg-level tidal programs as Triton kernels (TTIR text, compiled by triton 3.6)
 launched on CUDA tensors by a host plan (`program.py`). The tensor-level preparation (elementwise
-fusion, and conds with elementwise branches turned into device-side selects) is
-`tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes their text,
-`triton_compile.py` compiles them (no GPU needed to compile for a target)."""
+fusion, conds with elementwise branches turned into device-side selects, reductions over one
+operand merged into one) is `tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes
+their text, `triton_compile.py` compiles them (no GPU needed to compile for a target)."""
 
 import tidal.backends.blas  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
 import tidal.backends.gpu.cond_select  # noqa: F401  (registers tidal-cond-to-select)
+import tidal.backends.gpu.sibling_reductions  # noqa: F401  (registers tidal-fuse-sibling-reductions)
 from tidal.passes.registry import tidal_pipeline
 
 GPU_PREPARE = tidal_pipeline(
@@ -13,5 +14,5 @@ GPU_PREPARE = tidal_pipeline(
     "linalg-level tidal IR → fused elementwise generics, ready for Triton kernels (GPU backend)",
     "canonicalize, tidal-cond-to-select, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), "
     "tidal-restore-contractions, "
-    "canonicalize, cse",
+    "canonicalize, cse, tidal-fuse-sibling-reductions",
 )

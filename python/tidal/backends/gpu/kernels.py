@@ -33,6 +33,7 @@ class GenericLaunch:
     dim_sources: list[tuple[int, int]]  # per loop dim: (operand index in ins+outs, result position)
     parallel_dims: list[int]
     block: int
+    flat_reads: list[bool] | None  # per in, then out: read at flat positions (GenericBody.flat_reads); None: no flat variant
 
 
 def _map_dims(affine_map) -> list[int | None]:
@@ -49,7 +50,7 @@ def _map_dims(affine_map) -> list[int | None]:
     return dims
 
 
-def _defined_inside(value, region_op) -> bool:
+def defined_inside(value, region_op) -> bool:
     """`value` is defined in `region_op`'s regions (a result of a nested op, or a block argument)."""
     owner = value.owner
     op = owner.owner if isinstance(owner, ir.Block) else owner.parent
@@ -91,6 +92,12 @@ class _Addressing:
             value = self.b.op(f"arith.cmpi ne, {value}, {self.b.const(0, mem, self.shape)} : {tensor_type(self.shape, mem)}")
         return value
 
+    def load_scalar(self, ptr: str, elem: str) -> str:
+        """The one element at `ptr` (unmasked: the tensor has it), as a scalar."""
+        mem = memory_type(elem)
+        value = self.b.op(f"tt.load {ptr} : !tt.ptr<{mem}>")
+        return self.b.op(f"arith.cmpi ne, {value}, {self.b.const(0, mem)} : {mem}") if mem != elem else value
+
     def store(self, ptrs: str, value: str, elem: str, mask: str) -> None:
         mem = memory_type(elem)
         if mem != elem:
@@ -131,7 +138,7 @@ class GenericBody:
         self.captured, self.captured_scalar = [], []
         for inner in self.body.operations:
             for v in inner.operands:
-                if _defined_inside(v, op) or any(v == c for c in self.captured):
+                if defined_inside(v, op) or any(v == c for c in self.captured):
                     continue
                 if isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
                     continue  # re-emitted inside
@@ -152,9 +159,30 @@ class GenericBody:
             else:
                 self.cap_args.append(self.tensor_arg(f"cap{i}", v))
 
-    def load_operand(self, addr, arg, dims, index, mask):
+    def flat_reads(self) -> list[bool] | None:
+        """Per operand the kernel loads (the ins, and the outs of an elementwise generic): True
+        when read through the identity map, False when it is one element (its map reads no loop
+        dim). None when an operand is read otherwise, the body reads an index or a reduction dim
+        comes before a parallel one. Where this is a list and the identity-read operands are
+        contiguous, an element's offset is its row-major flat position: no per-dim indices (no
+        div/rem by the sizes) and contiguous lanes, so loads vectorize."""
+        if self.parallel != list(range(len(self.parallel))):
+            return None
+        if any(inner.operation.name == "linalg.index" for inner in self.body.operations):
+            return None
+        loaded = self.operand_dims[: len(self.ins)] if self.reduction else self.operand_dims
+        identity = list(range(len(self.iterators)))
+        if not all(dims == identity or all(d is None for d in dims) for dims in loaded):
+            return None
+        return [bool(dims) and dims == identity for dims in loaded]
+
+    def load_operand(self, addr, arg, dims, index, mask, flat: str | None = None):
+        """An operand's tile: its one element splat when its map reads no loop dim; else at the
+        flat positions `flat` when given (a flat kernel), else through its strides."""
         ptr, strides, elem = arg
-        off = addr.offsets(strides, [index[d] if d is not None else None for d in dims])
+        if all(d is None for d in dims):
+            return self.b.splat(addr.load_scalar(ptr, elem), elem, addr.shape)
+        off = flat if flat is not None else addr.offsets(strides, [index[d] if d is not None else None for d in dims])
         return addr.load(addr.pointers(ptr, elem, off), elem, mask)
 
     def run_body(self, addr, values, index, mask, shape, stop: dict | None = None):
@@ -212,9 +240,11 @@ def _program_block(b: KernelBuilder, block: int, numel: str) -> tuple[str, str, 
     return pid, idx, b.op(f"arith.cmpi slt, {idx}, {b.splat(numel, 'i32', (block,))} : {ity}")
 
 
-def generic_kernel(op, name: str) -> GenericLaunch:
+def generic_kernel(op, name: str, flat: bool = False, aligned: bool = False) -> GenericLaunch:
     """Parallel dims flattened over programs of BLOCK elements; reduction dims as `scf.for` loops
-    in each lane (any body: argmax, norms, ...)."""
+    in each lane (any body: argmax, norms, ...). `flat` (an elementwise generic whose
+    `flat_reads` is a list, launched on contiguous operands): each lane's flat position is its
+    element's offset. `aligned`: numel is a multiple of 16, so the mask keeps vector loads."""
     gen = GenericBody(op, name)
     b, n_in, body = gen.b, len(gen.ins), gen.body
     reads_init = [bool(gen.reduction) or len(list(body.arguments[n_in + j].uses)) > 0 for j in range(len(gen.outs))]
@@ -225,17 +255,19 @@ def generic_kernel(op, name: str) -> GenericLaunch:
     init_args = [gen.tensor_arg(f"init{j}", v) if reads_init[j] else None for j, v in enumerate(gen.outs)]
     res_args = [gen.tensor_arg(f"res{j}", v) for j, v in enumerate(gen.outs)]
     sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
-    total = b.scalar_arg("numel")
+    total = b.scalar_arg("numel", divisible=aligned)
 
     _, idx, mask = _program_block(b, block, total)
     index: dict[int, str] = {}
-    _unflatten(b, idx, gen.parallel, sizes, shape, index)
+    if not flat:
+        _unflatten(b, idx, gen.parallel, sizes, shape, index)
+    at = idx if flat else None
 
-    acc_init = [gen.load_operand(addr, init_args[j], gen.operand_dims[n_in + j], index, mask) if reads_init[j] else None
+    acc_init = [gen.load_operand(addr, init_args[j], gen.operand_dims[n_in + j], index, mask, at) if reads_init[j] else None
                 for j in range(len(gen.outs))]
 
     def body_values(accs):
-        values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask) for i in range(n_in)}
+        values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask, at) for i in range(n_in)}
         values.update({body.arguments[n_in + j]: a for j, a in enumerate(accs) if a is not None})
         return values
 
@@ -261,9 +293,10 @@ def generic_kernel(op, name: str) -> GenericLaunch:
     results = reduce_loops(gen.reduction, acc_init)
     for j, value in enumerate(results):
         ptr, strides, elem = res_args[j]
-        off = addr.offsets(strides, [index[d] if d is not None else None for d in gen.operand_dims[n_in + j]])
+        off = idx if flat else addr.offsets(strides, [index[d] if d is not None else None for d in gen.operand_dims[n_in + j]])
         addr.store(addr.pointers(ptr, elem, off), value, elem, mask)
-    return GenericLaunch(b.text(), gen.captured, gen.captured_scalar, reads_init, gen.dim_sources(), gen.parallel, block)
+    return GenericLaunch(b.text(), gen.captured, gen.captured_scalar, reads_init, gen.dim_sources(), gen.parallel, block,
+                         None if gen.reduction else gen.flat_reads())
 
 
 # -- split reductions: sums, maxima, ... over many programs -------------------------------------
@@ -315,11 +348,15 @@ def split_combiners(op):
     return combiners
 
 
-def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[Kernel, GenericBody]:
+def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool = False,
+                           aligned: bool = False) -> tuple[Kernel, GenericBody]:
     """Program (i, s) reduces rows [i·BP, (i+1)·BP) over its split s of the flattened reduction
-    dims, in tiles [BP, BR] (`tt.reduce` along the tile's reduction axis, masked lanes holding the
-    identity), and writes its partial to part_j[row, s]; the host folds the S partials and the
-    initial value (ATen, same stream)."""
+    dims, in tiles [BP, BR] combined elementwise into a tile of accumulators (masked lanes holding
+    the identity), one `tt.reduce` along the tile's reduction axis after the loop (not one per
+    tile: each is a round trip through shared memory), and writes its partial to part_j[row, s];
+    the host folds the S partials and the initial value (ATen, same stream). `flat` (the ins'
+    `flat_reads` is a list, launched on contiguous ins): row r's element k sits at r·red + k.
+    `aligned`: red and per_split are multiples of 16, so masks and row starts keep vector loads."""
     gen = GenericBody(op, name)
     combiners = split_combiners(op)
     b, n_in, body = gen.b, len(gen.ins), gen.body
@@ -329,7 +366,8 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
     out_elems = [_tensor_rank_and_elem(v)[1] for v in gen.outs]
     parts = [b.pointer_arg(f"part{j}", e) for j, e in enumerate(out_elems)]
     sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
-    rows_total, red_total, per_split = b.scalar_arg("rows"), b.scalar_arg("red"), b.scalar_arg("per_split")
+    rows_total = b.scalar_arg("rows")
+    red_total, per_split = b.scalar_arg("red", divisible=aligned), b.scalar_arg("per_split", divisible=aligned)
     splits = b.scalar_arg("splits")
     ty = tensor_type(tile, "i32")
     pid_p, pid_s = b.op("tt.get_program_id x : i32"), b.op("tt.get_program_id y : i32")
@@ -346,7 +384,8 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
     lanes = spread(b.op(f"tt.make_range {{end = {block_r} : i32, start = 0 : i32}} : {tensor_type((block_r,), 'i32')}"), block_r, 0)
     row_ok = b.op(f"arith.cmpi slt, {rows}, {b.splat(rows_total, 'i32', tile)} : {ty}")
     index: dict[int, str] = {}
-    _unflatten(b, rows, gen.parallel, sizes, tile, index)
+    if not flat:
+        _unflatten(b, rows, gen.parallel, sizes, tile, index)
     begin = b.binary("arith.muli", pid_s, per_split, "i32")
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, per_split, 'i32')}, {red_total} : i32")
 
@@ -358,8 +397,8 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
             literal = "true" if literal == "1" else "false"
         return b.const(literal, elem, shape)
 
-    accs0 = [identity(c, e, (block_p,)) for c, e in zip(combiners, out_elems)]
-    acc_tys = [tensor_type((block_p,), e) for e in out_elems]
+    accs0 = [identity(c, e, tile) for c, e in zip(combiners, out_elems)]
+    acc_tys = [tensor_type(tile, e) for e in out_elems]
     iv, iters, results = b.fresh(), [b.fresh() for _ in accs0], b.fresh()
     b.emit(
         f"{results}:{len(accs0)} = scf.for {iv} = {begin} to {end} step {b.const(block_r, 'i32')} "
@@ -368,32 +407,36 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int) -> tuple[K
     b.indent += 1
     r = b.binary("arith.addi", b.splat(iv, "i32", tile), lanes, ty)
     mask = b.binary("arith.andi", row_ok, b.op(f"arith.cmpi slt, {r}, {b.splat(end, 'i32', tile)} : {ty}"), tensor_type(tile, "i1"))
-    _unflatten(b, r, gen.reduction, sizes, tile, index)
-    values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask) for i in range(n_in)}
+    at = b.binary("arith.addi", b.binary("arith.muli", rows, b.splat(red_total, "i32", tile), ty), r, ty) if flat else None
+    if not flat:
+        _unflatten(b, r, gen.reduction, sizes, tile, index)
+    values = {body.arguments[i]: gen.load_operand(addr, gen.in_args[i], gen.operand_dims[i], index, mask, at) for i in range(n_in)}
     out_args = [body.arguments[n_in + j] for j in range(len(gen.outs))]
     gen.run_body(addr, values, index, mask, tile, stop={c: None for c in combiners})
     new = []
     for j, c in enumerate(combiners):
         a, b2 = c.operands
         term = values[b2 if a == out_args[j] else a]
-        elem = out_elems[j]
-        masked = b.op(f"arith.select {mask}, {term}, {identity(c, elem, tile)} : {tensor_type(tile, 'i1')}, {tensor_type(tile, elem)}")
-        red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
-        b.emit(f'{red} = "tt.reduce"({masked}) <{{axis = 1 : i32}}> ({{')
-        b.emit(f"^bb0({p}: {elem}, {q}: {elem}):")
-        b.emit(f"  {t} = {c.operation.name} {p}, {q} : {elem}")
-        b.emit(f"  tt.reduce.return {t} : {elem}")
-        b.emit(f"}}) : ({tensor_type(tile, elem)}) -> {tensor_type((block_p,), elem)}")
-        new.append(b.binary(c.operation.name, iters[j], red, acc_tys[j]))
+        masked = b.op(f"arith.select {mask}, {term}, {identity(c, out_elems[j], tile)} : {tensor_type(tile, 'i1')}, {acc_tys[j]}")
+        new.append(b.binary(c.operation.name, iters[j], masked, acc_tys[j]))
     b.emit(f"scf.yield {', '.join(new)} : {', '.join(acc_tys)}")
     b.indent -= 1
     b.emit("}")
+    partials = []
+    for j, (c, elem) in enumerate(zip(combiners, out_elems)):
+        red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
+        b.emit(f'{red} = "tt.reduce"({results}#{j}) <{{axis = 1 : i32}}> ({{')
+        b.emit(f"^bb0({p}: {elem}, {q}: {elem}):")
+        b.emit(f"  {t} = {c.operation.name} {p}, {q} : {elem}")
+        b.emit(f"  tt.reduce.return {t} : {elem}")
+        b.emit(f"}}) : ({acc_tys[j]}) -> {tensor_type((block_p,), elem)}")
+        partials.append(red)
     row_addr = _Addressing(b, (block_p,))
     row_mask = b.op(f"arith.cmpi slt, {rows1}, {b.splat(rows_total, 'i32', (block_p,))} : {tensor_type((block_p,), 'i32')}")
     off = b.binary("arith.addi", b.binary("arith.muli", rows1, b.splat(splits, "i32", (block_p,)), tensor_type((block_p,), "i32")),
                    b.splat(pid_s, "i32", (block_p,)), tensor_type((block_p,), "i32"))
     for j, elem in enumerate(out_elems):
-        row_addr.store(row_addr.pointers(parts[j], elem, off), f"{results}#{j}", elem, row_mask)
+        row_addr.store(row_addr.pointers(parts[j], elem, off), partials[j], elem, row_mask)
     return b.text(), gen
 
 
@@ -655,12 +698,7 @@ def while_kernel(op, name: str, shape: tuple[int, ...]) -> WhileLaunch:
     numel = b.scalar_arg("numel")
     pid, idx, in_range = _program_block(b, block, numel)
 
-    def load_scalar(ptr: str, elem: str) -> str:
-        mem = memory_type(elem)
-        value = b.op(f"tt.load {ptr} : !tt.ptr<{mem}>")
-        return b.op(f"arith.cmpi ne, {value}, {b.const(0, mem)} : {mem}") if mem != elem else value
-
-    loaded = [addr.load(addr.pointers(ptr, e, idx), e, in_range) if s else load_scalar(ptr, e)
+    loaded = [addr.load(addr.pointers(ptr, e, idx), e, in_range) if s else addr.load_scalar(ptr, e)
               for ptr, e, s in zip(in_ptrs, elems, shaped)]
     types = [tensor_type(tile, e) if s else e for e, s in zip(elems[:n], shaped[:n])]
 

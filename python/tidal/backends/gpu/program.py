@@ -12,13 +12,16 @@ are not elementwise reads its predicate once (elementwise ones became selects be
 A program that never reads a device value on the host is captured as a CUDA graph the second
 time a set of input buffers and shapes comes, and replayed whenever it comes again (buffers new at
 every call, as a training step's activations, never pay for a capture) (one launch, no Python per
-step; results are copies of the graph's outputs). `TIDAL_CUDA_GRAPHS=0` turns this off.
+step). A replay hands out the graph's own outputs (as aliases), never overwriting ones still held:
+while the caller holds a replay's results, a second capture serves (`_Capture`).
+`TIDAL_CUDA_GRAPHS=0` turns this off.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 
 import torch
 from torch_mlir import ir
@@ -33,7 +36,8 @@ _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf
            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
            "ui8": torch.uint8}
 _DYNAMIC = -(2**63)
-GRAPHS_PER_PROGRAM = 8  # CUDA graphs kept per program (one per set of input buffers and shapes)
+GRAPHS_PER_PROGRAM = 8  # sets of input buffers and shapes with CUDA graphs kept per program
+CAPTURES_PER_GRAPH = 2  # graphs per set: while `y = f(x)` holds one's results, the other replays
 
 
 def _tensor_type(value) -> ir.RankedTensorType:
@@ -64,6 +68,74 @@ class _Plan:
         for step in self.steps:
             step(env)
         return [env[v] for v in self.yielded]
+
+
+class _Variants:
+    """The kernels of one op, one per variant key (block sizes, layout): made when first asked for
+    (and then listed for --emit), compiled at their first launch."""
+
+    def __init__(self, program: GpuProgram, make):
+        self.program, self.make, self.entries = program, make, {}
+
+    def kernel(self, key: tuple):
+        if key not in self.entries:
+            kernel = self.make(*key)
+            self.program.kernels.append(kernel)
+            self.entries[key] = [kernel, None]
+        return self.entries[key][0]
+
+    def compiled(self, key: tuple):
+        self.kernel(key)
+        entry = self.entries[key]
+        if entry[1] is None:
+            entry[1] = compile_kernel(entry[0])
+        return entry[1]
+
+
+def _layout(flat_reads, tensors, count: int) -> tuple[bool, bool]:
+    """(flat, aligned) kernel variant for these operands: flat when the op has a flat variant and
+    every operand it reads at flat positions is contiguous and 16-byte aligned (vector loads);
+    aligned when the flat loop's length `count` is also a multiple of 16. No tensors (--emit at
+    static shapes): as if contiguous."""
+    flat = flat_reads is not None and all(t.is_contiguous() and t.data_ptr() % 16 == 0
+                                          for t, reads in zip(tensors, flat_reads) if reads)
+    return flat, flat and count % 16 == 0
+
+
+def _variant_name(name: str, flat: bool, aligned: bool) -> str:
+    return name + ("_flat" if flat else "") + ("16" if aligned else "")
+
+
+class _Capture:
+    """A CUDA graph of the plan and its results, which every replay rewrites in place. A result
+    nothing else holds (not an input, a constant, another result, nor a view of one) is handed
+    out as an alias, not a copy (a copy of a 64 MiB result costs as much as the kernel making
+    it); the graph replays only when no alias handed out is alive (its memory held by the result
+    alone again). Other results are handed out as copies."""
+
+    def __init__(self, graph, outs: list):
+        self.graph, self.outs = graph, outs
+        self.owned = [_held_by_result_alone(outs, i) for i in range(len(outs))]
+
+    def replayable(self) -> bool:
+        return all(_storage_users(o) == 1 for o, owned in zip(self.outs, self.owned) if owned)
+
+    def replay(self) -> list:
+        self.graph.replay()
+        return [o.detach() if owned else o.clone() if isinstance(o, torch.Tensor) else o
+                for o, owned in zip(self.outs, self.owned)]
+
+
+def _storage_users(t: torch.Tensor) -> int:
+    """Tensors (views included) holding `t`'s memory."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1  # less the probe's own reference
+
+
+def _held_by_result_alone(outs: list, i: int) -> bool:
+    """`outs[i]` is a tensor that only `outs` refers to (on the Python side: the list and this
+    call's argument), no view of another tensor, and the only tensor holding its memory."""
+    return (isinstance(outs[i], torch.Tensor) and sys.getrefcount(outs[i]) == 2 and outs[i]._base is None
+            and _storage_users(outs[i]) == 1)
 
 
 class _NeedsTheHost(Exception):
@@ -108,11 +180,12 @@ class GpuProgram:
             return self.plan.run({}, args, self.block)
         key = tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else ("value", a)
                     for a in args)
-        entry = self._graphs.get(key)
-        if entry is None:
+        captures = self._graphs.get(key)
+        if captures is None:
             outs = self.plan.run({}, args, self.block)  # compiles the kernels; its results are this call's
             if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
-                self._graphs[key] = self._capture(args)
+                capture = self._capture(args)
+                self._graphs[key] = [capture] if capture else False
                 while len(self._graphs) > GRAPHS_PER_PROGRAM:
                     self._graphs.pop(next(iter(self._graphs)))
             else:
@@ -120,11 +193,16 @@ class GpuProgram:
                 while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
                     self._seen.pop(next(iter(self._seen)))
             return outs
-        if entry is False:  # not capturable at these inputs
+        if captures is False:  # not capturable at these inputs
             return self.plan.run({}, args, self.block)
-        graph, static_outs = entry
-        graph.replay()
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in static_outs]
+        ready = next((c for c in captures if c.replayable()), None)
+        if ready is not None:
+            return ready.replay()
+        # every capture's results are still held by the caller: a replay would overwrite them
+        outs = self.plan.run({}, args, self.block)
+        if len(captures) < CAPTURES_PER_GRAPH:
+            captures.append(self._capture(args))  # the plan captured once already: it needs no host read
+        return outs
 
     def _capture(self, args):
         """The whole plan as one CUDA graph over these input buffers (replayed when the same
@@ -142,7 +220,7 @@ class GpuProgram:
         except _NeedsTheHost:
             self._graphs_enabled = False
             return False
-        return graph, list(static_outs)
+        return _Capture(graph, static_outs)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -225,42 +303,39 @@ class GpuProgram:
         probe = K.GenericBody(op, "probe")
         parallel, reduction, dim_sources = probe.parallel, probe.reduction, probe.dim_sources()
         captured, captured_scalar = probe.captured, probe.captured_scalar
+        flat_reads = probe.flat_reads()
         name = self._new_kernel_name("reduce")
-        kernels: dict = {}
+        def make(bp, br, flat, aligned):
+            kernel = K.split_reduction_kernel(op, _variant_name(f"{name}_{bp}x{br}", flat, aligned), bp, br, flat, aligned)[0]
+            kernel.num_warps = REDUCE_WARPS
+            return kernel
+
+        variants = _Variants(self, make)
 
         def blocks(rows: int, red: int) -> tuple[int, int]:
-            block_r = min(_next_pow2(max(red, 1)), 1024)
-            return min(max(1, 2048 // block_r), _next_pow2(max(rows, 1))), block_r
-
-        def kernel_for(key):
-            if key not in kernels:
-                kernel, _ = K.split_reduction_kernel(op, f"{name}_{key[0]}x{key[1]}", *key)
-                self.kernels.append(kernel)
-                kernels[key] = [kernel, None]
-            return kernels[key]
+            block_r = min(_next_pow2(max(red, 1)), REDUCE_BLOCK)
+            return min(max(1, REDUCE_TILE // block_r), _next_pow2(max(rows, 1))), block_r
 
         static = [s for v in operands for s in _tensor_type(v).shape]
         if _DYNAMIC not in static:  # build the kernel now: --emit shows it
             sizes = [_tensor_type(operands[k]).shape[r] for k, r in dim_sources]
-            kernel_for(blocks(_prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)))
+            red = _prod(sizes[d] for d in reduction)
+            variants.kernel((*blocks(_prod(sizes[d] for d in parallel), red), *_layout(flat_reads, [], red)))
 
         def step(env):
             tensors = [env[v] for v in operands]
             sizes = [tensors[k].shape[r] for k, r in dim_sources]
             rows, red = _prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)
-            key = blocks(rows, red)
-            entry = kernel_for(key)
-            if entry[1] is None:
-                entry[1] = compile_kernel(entry[0])
+            key = (*blocks(rows, red), *_layout(flat_reads, tensors[: len(ins)], red))
             programs_p = _cdiv(rows, key[0])
-            splits = max(1, min(_cdiv(red, key[1]), _cdiv(_PROGRAMS, programs_p)))
+            splits = max(1, min(_cdiv(red, key[1]), _cdiv(REDUCE_PROGRAMS, programs_p)))
             per_split = _cdiv(_cdiv(red, splits), key[1]) * key[1]
             splits = max(1, _cdiv(red, per_split))
             parts = [torch.empty(rows, splits, dtype=env[o].dtype, device=env[o].device) for o in outs]
             args = _operand_args(tensors[: len(ins)], captured, captured_scalar, env)
             args += [*parts, *sizes, rows, red, per_split, splits]
             if rows > 0 and red > 0:
-                entry[1][(programs_p, splits, 1)](*args)
+                variants.compiled(key)[(programs_p, splits, 1)](*args)
             for r, o, part, (reduce, fold) in zip(results, outs, parts, folds):
                 init = env[o]
                 if red == 0:
@@ -274,18 +349,19 @@ class GpuProgram:
     def _op_linalg_generic(self, op):
         if K.split_combiners(op) is not None:
             return self._split_reduction(op)
-        launch = K.generic_kernel(op, self._new_kernel_name("generic"))
-        self.kernels.append(launch.kernel)
+        name = self._new_kernel_name("generic")
+        launch = K.generic_kernel(op, name)  # what every variant launches with
+        variants = _Variants(self, lambda flat, aligned: K.generic_kernel(op, _variant_name(name, flat, aligned), flat, aligned).kernel)
         g = op.opview
         ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
         operands = [*ins, *outs]
         block = launch.block
-        compiled = None
+        # build the kernel now: --emit shows it (the multiple-of-16 promise only at static shapes)
+        out_type = _tensor_type(outs[0])
+        flat, aligned = _layout(launch.flat_reads, [], _prod(out_type.shape))
+        variants.kernel((flat, aligned and out_type.has_static_shape))
 
         def step(env):
-            nonlocal compiled
-            if compiled is None:
-                compiled = compile_kernel(launch.kernel)
             tensors = [env[v] for v in operands]
             sizes = [tensors[k].shape[r] for k, r in launch.dim_sources]
             res = [torch.empty(env[o].shape, dtype=env[o].dtype, device=env[o].device) for o in outs]
@@ -299,7 +375,9 @@ class GpuProgram:
             numel = _prod(sizes[d] for d in launch.parallel_dims)
             args += [*sizes, numel]
             if numel > 0:
-                compiled[(_cdiv(numel, block), 1, 1)](*args)
+                written = [tensors[len(ins) + j] if reads else r for j, (reads, r) in enumerate(zip(launch.reads_init, res))]
+                key = _layout(launch.flat_reads, [*tensors[: len(ins)], *written], numel)
+                variants.compiled(key)[(_cdiv(numel, block), 1, 1)](*args)
             for r, t in zip(results, res):
                 env[r] = t
 
@@ -667,28 +745,18 @@ class GpuProgram:
             raise TidalUnsupported("GPU backend: associative_scan needs an elementwise combine without captured values", op.location)
         xs_values, results = list(op.operands)[:k], list(op.results)
         name = self._new_kernel_name("scan")
-        kernels: dict = {}
-
-        def kernel_for(variant: str, block_t: int, block_c: int):
-            key = (variant, block_t, block_c)
-            if key not in kernels:
-                flags = {"scan": {}, "totals": {"store_y": False, "write_total": True},
-                         "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}[variant]
-                kernel = K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, **flags)
-                self.kernels.append(kernel)
-                kernels[key] = [kernel, None]
-            return kernels[key]
+        flags = {"scan": {}, "totals": {"store_y": False, "write_total": True},
+                 "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}
+        variants = _Variants(self, lambda variant, block_t, block_c: K.scan_kernel(
+            op, f"{name}_{variant}", block_t, block_c, **flags[variant]))
 
         def launch(variant: str, block_t: int, block_c: int, grid, *args):
-            entry = kernel_for(variant, block_t, block_c)
-            if entry[1] is None:
-                entry[1] = compile_kernel(entry[0])
-            entry[1][grid](*args)
+            variants.compiled((variant, block_t, block_c))[grid](*args)
 
         shape = list(_tensor_type(xs_values[0]).shape)
         if _DYNAMIC not in shape:  # build the kernel now: --emit shows it
             block_c, block_t = _scan_blocks(_prod(s for i, s in enumerate(shape) if i != dim))
-            kernel_for("scan", block_t, block_c)
+            variants.kernel(("scan", block_t, block_c))
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
@@ -752,6 +820,11 @@ def _scalar_literal(text: str):
 
 
 _PROGRAMS = 4 * 132  # programs that fill an H100/H200 (132 SMs) a few times over
+# Split reductions: programs, elements of a row per tile, elements per tile, warps. Measured on the
+# H100, a full reduction of 4096x4096 f32 (cond_clamp's predicate; 64 MB): 528 programs of
+# 1024/2048 with 4 warps 44.8 us, 1056 programs of 2048/2048 with 8 warps 31.6 us (2.1 TB/s);
+# larger tiles, 16 warps or 2112 programs were no faster.
+REDUCE_PROGRAMS, REDUCE_BLOCK, REDUCE_TILE, REDUCE_WARPS = 8 * 132, 2048, 2048, 8
 
 
 def _scan_blocks(width: int) -> tuple[int, int]:

@@ -84,9 +84,11 @@ class KernelBuilder:
         self.args.append((ssa, f"!tt.ptr<{memory_type(elem)}> {{tt.divisibility = 16 : i32}}", "*" + SIGNATURE_TYPES[elem]))
         return ssa
 
-    def scalar_arg(self, name: str, elem: str = "i32") -> str:
+    def scalar_arg(self, name: str, elem: str = "i32", divisible: bool = False) -> str:
+        """A scalar argument; `divisible`: promised a multiple of 16 (as Triton's launcher
+        specializes such integers), so that masks and offsets built from it keep vector loads."""
         ssa = f"%{name}"
-        self.args.append((ssa, elem, SIGNATURE_TYPES[elem]))
+        self.args.append((ssa, f"{elem} {{tt.divisibility = 16 : i32}}" if divisible else elem, SIGNATURE_TYPES[elem]))
         return ssa
 
     def emit(self, text: str) -> None:
