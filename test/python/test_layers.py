@@ -85,6 +85,9 @@ CASES = {
     "conv1d_stride_pad_groups": ((2, 4, 16), module(nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2))),
     "conv2d": ((2, 3, 8, 8), module(nn.Conv2d(3, 4, 3, padding=1))),
     "conv2d_stride_groups": ((2, 4, 8, 8), module(nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2))),
+    # channels-last on the CPU: NHWC buffers around the call, the permutes fused into GroupNorm/SiLU
+    "conv2d_dilated_groupnorm_silu_conv2d": ((2, 4, 9, 7), module(nn.Sequential(
+        nn.Conv2d(4, 8, 3, padding=2, dilation=2), nn.GroupNorm(2, 8), nn.SiLU(), nn.Conv2d(8, 4, (3, 1), stride=(2, 1), bias=False)))),
     "batchnorm_eval": ((2, 4, 6, 6), module(nn.BatchNorm2d(4))),
     "groupnorm": ((2, 4, 6, 6), module(nn.GroupNorm(2, 4))),
     "layernorm": ((2, 5, 16), module(nn.LayerNorm(16))),
