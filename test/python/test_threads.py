@@ -133,4 +133,44 @@ def test_blocked_form_is_what_runs(tmp_path):
     a, b = _inputs((PARALLEL_MIN_STEPS, 4))
     compile_program(log_sum_and_product(), (a, b), dump_dir=str(tmp_path))
     llvm = (tmp_path / "03-llvm.mlir").read_text()
-    assert llvm.count("llvm.call @GOMP_parallel") == 2
+    assert llvm.count("llvm.call @GOMP_parallel") == 3  # the scan's two phases, one split generic
+
+
+def conv_block():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.SiLU(),
+                               torch.nn.Conv2d(8, 4, 3, padding=1)), (torch.randn(5, 8, 20, 20),)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),
+                               torch.nn.LayerNorm(64)), (torch.randn(67, 64),)  # 67 rows: uneven chunks
+
+
+def broadcast_and_reduce(x, w):
+    return (x * w).sum(-1), torch.softmax(x, dim=-1) + w  # w [64] broadcast along every row
+
+
+STRAIGHT_LINE = {"conv_block": conv_block, "mlp": mlp,
+                 "broadcast_and_reduce": lambda: (broadcast_and_reduce, (torch.randn(3, 300, 64), torch.randn(64)))}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("name", list(STRAIGHT_LINE))
+def test_large_generics_run_split_over_the_team(threads, name, n):
+    """tidal-parallelize-generics: a large top-level generic runs in chunks of its outer dim, one
+    per thread (uneven chunks, broadcast operands, reductions over inner dims), as eager."""
+    program, inputs = STRAIGHT_LINE[name]()
+    threads(n)
+    compiled = torch.compile(program, backend="tidal", options={"fallback": "error"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), program(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_large_generics_start_the_team(tmp_path):
+    program, inputs = STRAIGHT_LINE["mlp"]()
+    compile_program(program, inputs, dump_dir=str(tmp_path))
+    llvm = (tmp_path / "03-llvm.mlir").read_text()
+    # the GELU over [67, 256]; LayerNorm's passes over [67, 64] are under MIN_ELEMENTS
+    assert llvm.count("llvm.call @GOMP_parallel") == 1

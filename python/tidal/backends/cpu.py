@@ -13,6 +13,7 @@ import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.concat  # noqa: F401  (registers tidal-concat-in-place)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
+import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
@@ -47,7 +48,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-concat-in-place, canonicalize, "
     f"{BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
-    "tidal-matmul-to-blas, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
+    "tidal-matmul-to-blas, tidal-parallelize-generics, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, "
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
