@@ -65,6 +65,20 @@ def all_pipelines() -> list[TidalPipeline]:
     return sorted(_PIPELINES.values(), key=lambda p: p.name)
 
 
+def values_read(op) -> list:
+    """The operands of `op` and of every op nested in it."""
+    from torch_mlir import ir
+
+    found = []
+
+    def visit(o):
+        found.extend(o.operands)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
 def ops_named(module_op, names) -> list:
     """Every op in `module_op` (nested regions included) whose name is in `names`, collected
     before a pass rewrites any of them."""

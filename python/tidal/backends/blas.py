@@ -15,7 +15,7 @@ import re
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, linalg, memref, scf, tensor
 
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import tidal_pass, values_read
 from tidal.runtime import externs
 
 _GEMM = {"f32": "sgemm_", "f64": "dgemm_"}
@@ -155,21 +155,9 @@ def _zero_fills_before(matmuls) -> dict:
             if cand.name.endswith(".call"):
                 last_fill.clear()  # a call may touch anything
                 continue
-            for v in _values_read(cand):
+            for v in values_read(cand):
                 last_fill.pop(v, None)
     return fills
-
-
-def _values_read(op) -> list:
-    """The operands of `op` and of every op nested in it."""
-    found = []
-
-    def visit(o):
-        found.extend(o.operands)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return found
 
 
 def _float_value(attr) -> float | None:

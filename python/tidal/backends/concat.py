@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import ops_named, tidal_pass
 
 MAX_OPERANDS = 8
 
@@ -69,15 +69,7 @@ def _as_inserts(concat: ir.Operation, dim: int) -> ir.Value | None:
 
 @tidal_pass("tidal-concat-in-place", "tensor.concat: tiling slices fold to their tensor, short concats become inserts")
 def concat_in_place(module_op):
-    concats = []
-
-    def collect(op):
-        if op.name == "tensor.concat":
-            concats.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(collect)
-    for concat in concats:
+    for concat in ops_named(module_op, ("tensor.concat",)):
         dim = ir.IntegerAttr(concat.attributes["dim"]).value
         replacement = _tiled_source(concat, dim)
         if replacement is None and len(concat.operands) <= MAX_OPERANDS:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, memref, scf
 
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import ops_named, tidal_pass
 
 MIN_ELEMENTS = 16384  # below this, starting the team costs about what the split saves
 
@@ -65,17 +65,9 @@ def _eligible(op: ir.Operation) -> list[int | None] | None:
         return None
     if "parallel" not in str(ir.ArrayAttr(op.attributes["iterator_types"])[0]):
         return None
-    found = []
-
-    def visit(inner):
-        if inner.name == "linalg.index":
-            found.append(inner)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
     sizes = _loop_sizes(op)
     positions = _d0_positions(op)
-    if found or sizes is None or positions is None or sizes[0] < 2:
+    if ops_named(op, ("linalg.index",)) or sizes is None or positions is None or sizes[0] < 2:
         return None
     n_in = len(op.opview.inputs)
     if any(p is None for p in positions[n_in:]):

@@ -9,6 +9,7 @@ from torch_mlir.dialects import arith, func, scf
 
 from tidal.conversion import scf_builders as b
 from tidal.conversion.tidal_to_scf import LOWER_TO_SCF
+from tidal.passes.registry import values_read
 
 # Below this many steps a blocked scan cannot pay for starting the thread team (a few µs) and
 # for scanning most blocks twice; the lowering then emits the sequential loop alone.
@@ -95,18 +96,8 @@ def _needed_results(op, body: ir.Block, k: int) -> list[bool]:
     def lhs_of(v) -> set[int]:
         return reaches.get(v, set())
 
-    def operands_within(op):
-        found = []
-
-        def visit(inner):
-            found.extend(inner.operands)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
-        return found
-
     for inner in body.operations:
-        deps = set().union(*(lhs_of(v) for v in operands_within(inner.operation)))
+        deps = set().union(*(lhs_of(v) for v in values_read(inner.operation)))
         for r in inner.results:
             reaches[r] = deps
     yielded = list(body.operations)[-1].operands
