@@ -63,8 +63,9 @@ def _loop_sizes(op: ir.Operation) -> list[int] | None:
 def _eligible(op: ir.Operation) -> list[int | None] | None:
     if op.name != "linalg.generic" or len(op.results) or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
         return None
-    if "parallel" not in str(ir.ArrayAttr(op.attributes["iterator_types"])[0]):
-        return None
+    iterators = ir.ArrayAttr(op.attributes["iterator_types"])
+    if not len(iterators) or "parallel" not in str(iterators[0]):
+        return None  # 0-d, or a reduction outermost
     sizes = _loop_sizes(op)
     positions = _d0_positions(op)
     if ops_named(op, ("linalg.index",)) or sizes is None or positions is None or sizes[0] < 2:
