@@ -352,16 +352,14 @@ def _channels_last_convolution(op: ir.Operation) -> bool:
     32] with a 3x3 kernel, 1 thread: 1.68 ms NCHW, 0.72 ms NHWC), and the transposes to and from
     NHWC are generics that elementwise fusion folds into the ops around the call."""
     if ir.StringAttr(op.attributes["callee"]).value != "aten::convolution" or len(op.results) != 1:
-        args = []
-    else:
-        args = list(ir.ArrayAttr(op.attributes["args"]))
-    if len(args) != 9 or not (is_operand_ref(args[0]) and is_operand_ref(args[1])) or not isinstance(args[6], ir.BoolAttr):
         return False
-    shaped = [op.operands[args[0].value].type, op.operands[args[1].value].type, op.results[0].type]
-    return not args[6].value and all(
-        ir.RankedTensorType(t).rank == 4 and ir.RankedTensorType(t).has_static_shape and str(ir.RankedTensorType(t).element_type) == "f32"
-        for t in shaped
-    )
+    # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    args = list(ir.ArrayAttr(op.attributes["args"]))
+    input_, weight, transposed = args[0], args[1], args[6]
+    if not (is_operand_ref(input_) and is_operand_ref(weight) and isinstance(transposed, ir.BoolAttr)) or transposed.value:
+        return False
+    types = [ir.RankedTensorType(t) for t in (op.operands[input_.value].type, op.operands[weight.value].type, op.results[0].type)]
+    return all(t.rank == 4 and t.has_static_shape and str(t.element_type) == "f32" for t in types)
 
 
 def _permuted(v: ir.Value, perm: list[int]) -> ir.Value:
