@@ -65,6 +65,16 @@ def all_pipelines() -> list[TidalPipeline]:
     return sorted(_PIPELINES.values(), key=lambda p: p.name)
 
 
+def function_named(module, name: str):
+    """The `func.func` called `name` at the top of `module` (KeyError if there is none)."""
+    from torch_mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op.operation
+    raise KeyError(name)
+
+
 def values_read(op) -> list:
     """The operands of `op` and of every op nested in it."""
     from torch_mlir import ir

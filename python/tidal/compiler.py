@@ -16,6 +16,7 @@ from torch_mlir import ir
 
 import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
 from tidal.passes import run_pipeline
+from tidal.passes.registry import function_named
 
 STAGES: list[tuple[str, str | None]] = [
     ("torch", None),
@@ -118,10 +119,10 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
     lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
     with prog.context:
         if output_aliases:
-            _function(prog.module, func_name).attributes[ALLOWED] = ir.ArrayAttr.get([ir.StringAttr.get(a) for a in output_aliases])
+            function_named(prog.module, func_name).attributes[ALLOWED] = ir.ArrayAttr.get([ir.StringAttr.get(a) for a in output_aliases])
             run_pipeline(prog.module.operation, "builtin.module(tidal-forward-aliased-results)", prog.context)
         args, results = signature_of(prog.module, func_name)
-        forwarded = forwarded_results(_function(prog.module, func_name))
+        forwarded = forwarded_results(function_named(prog.module, func_name))
     key = cache.cache_key(str(prog.module), func_name, _pipeline_text("llvm"))
     native = cache.lookup(key, func_name)
     if native is None:
@@ -135,13 +136,6 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
         lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)
     native.forwarded = forwarded
     return native
-
-
-def _function(module: ir.Module, name: str) -> ir.Operation:
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
-            return op.operation
-    raise KeyError(name)
 
 
 def gpu_function(prog, dump_dir: str | None = None):

@@ -18,7 +18,7 @@ import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-resul
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
-from tidal.passes.registry import tidal_pass, tidal_pipeline
+from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
 
 # eliminate-empty-tensors lets an op whose result is inserted into a larger tensor (a concat's
 # operand, `tidal-concat-in-place`) compute straight into its slice. Arguments are the caller's tensors: One-Shot would otherwise treat them as writable and let an op
@@ -91,8 +91,4 @@ def llvm_contract(module_op):
 
 def mark_entry(module: ir.Module, func_name: str) -> None:
     """Ask func-to-llvm for the C interface (`_mlir_ciface_<name>`) the runtime calls."""
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func_name:
-            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-            return
-    raise KeyError(func_name)
+    function_named(module, func_name).attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()

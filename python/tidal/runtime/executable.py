@@ -26,11 +26,10 @@ from tidal.runtime.memref import (
 
 def signature_of(module: ir.Module, func_name: str) -> tuple[list[TensorSig], list[TensorSig]]:
     """Argument and result signatures of a linalg-level (builtin tensor) function."""
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func_name:
-            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-            return [_sig(t) for t in ftype.inputs], [_sig(t) for t in ftype.results]
-    raise KeyError(func_name)
+    from tidal.passes.registry import function_named
+
+    ftype = ir.FunctionType(ir.TypeAttr(function_named(module, func_name).attributes["function_type"]).value)
+    return [_sig(t) for t in ftype.inputs], [_sig(t) for t in ftype.results]
 
 
 def _sig(t: ir.Type) -> TensorSig:
