@@ -17,6 +17,7 @@ import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallel
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
+import tidal.backends.vector_width  # noqa: F401  (registers tidal-prefer-wide-vectors)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
 
@@ -54,7 +55,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
-    "reconcile-unrealized-casts, tidal-llvm-contract",
+    "reconcile-unrealized-casts, tidal-prefer-wide-vectors, tidal-llvm-contract",
 )
 
 
