@@ -4,8 +4,8 @@ LLVM's x86 cost model caps auto-vectorization at 256 bits even where AVX-512 is 
 (`prefer-vector-width` defaults to 256 on those CPUs, against the clock drop of older Xeons under
 512-bit code). tidal's elementwise loops are compute-bound polynomials (`tidal-fast-math`: tanh,
 exp, erf) and reductions, where twice the lanes is what counts. Measured on the 2-core Xeon VM,
-1 thread, median of 3 bench runs: attention [4,64,32] 0.067 -> 0.059 ms, conv block 2.91 -> 2.79,
-MLP + LayerNorm 0.311 -> 0.293, RNN scan forward 1.82 -> 1.76 ms. The attribute is a preference:
+1 thread, medians of 3 bench runs each: attention [4,64,32] 0.067 -> 0.062 ms, conv block
+2.91 -> 2.82 ms, RNN scan forward 1.82 -> 1.78 ms. The attribute is a preference:
 without AVX-512 the legal width (256) still applies, so the same code runs everywhere it did.
 """
 
