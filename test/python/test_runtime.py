@@ -125,6 +125,39 @@ def test_static_results_are_written_into_tensors_the_runtime_allocates():
         torch.testing.assert_close(x, x_before)
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (0, 3), (2, 3, 4)])
+def test_static_results_are_fresh_contiguous_tensors_of_every_shape(shape):
+    """The runtime makes static outputs with `empty_like` of a broadcast template; a shape of
+    only 1s would keep the template's 0 strides, and an empty one has no data to write."""
+
+    def f(x):
+        return x * 2, x + 1
+
+    x = torch.randn(shape)
+    program = compile_program(f, (x,))
+    assert program.native.results_as_arguments
+    first = program(x)
+    second = program(x)
+    for got, want in zip(second, f(x)):
+        torch.testing.assert_close(got, want)
+        assert got.is_contiguous() and got.stride() == torch.empty(shape).stride()
+    if x.numel():
+        assert {t.data_ptr() for t in first}.isdisjoint(t.data_ptr() for t in second)
+
+
+def test_inputs_are_checked_when_the_fast_path_declines():
+    """A non-tensor or a transposed view leaves the one-expression check for the full one."""
+
+    def f(x):
+        return hop_map(lambda t: t * 2, x)
+
+    program = compile_program(f, (torch.randn(3, 2),))
+    with pytest.raises(TypeError, match="argument 0 must be a tensor, got list"):
+        program.native([[1.0, 2.0]] * 3)
+    xt = torch.randn(2, 3).t()
+    torch.testing.assert_close(program(xt), xt * 2)
+
+
 def test_outputs_that_alias_an_input_or_an_earlier_output_are_handed_out_not_copied():
     """aot_autograd's graphs return an input as a residual and one value twice (a user output and
     its alias saved for the backward): the program hands those tensors out as they are, as
