@@ -9,8 +9,11 @@ bufferization passes the buffers the program already has. The helper (generated 
      handles, int lists as stable lists, optionals boxed with `torch_new_stable_ivalue`, floats as
      their bits) and calls `torch_call_dispatcher(callee, overload, stack)`: the stable C entry
      point AOTInductor's fallback kernels use, so any aten operator runs, inside loop bodies too;
-  3. allocates each result buffer with the sizes ATen returned and copies the result in
-     (`aoti_torch_copy_`, which also handles strided results), then frees every handle.
+  3. copies each result into its buffer (`aoti_torch_copy_`, which also handles strided
+     results), then frees every handle. A result of static shape is written into a buffer the
+     caller allocates (a `memref.alloc` beside the call, which `tidal-results-to-arguments` turns
+     into the caller's output tensor when the program returns it: one copy, not two); one of
+     dynamic shape is allocated by the helper with the sizes ATen returned.
 A failing call (eager would raise: a bad index, a shape error) reports through the module's
 error hook, which the runtime turns into a RuntimeError after the native call returns.
 """
@@ -234,8 +237,11 @@ def _helper_text(op: ir.Operation, fn_name: str, globals_: list[str], channels_l
         _dtype_of(t.type)
 
     e = _Emitter()
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(in_types))
-    results = ", ".join(str(t) for t in out_types)
+    given = [t.has_static_shape for t in out_types]  # destinations the caller passes
+    params = ", ".join([f"%a{i}: {t}" for i, t in enumerate(in_types)]
+                       + [f"%d{j}: {t}" for j, t in enumerate(out_types) if given[j]])
+    returned = [t for t, g in zip(out_types, given) if not g]
+    results = ", ".join(str(t) for t in returned)
     header = f"func.func private @{fn_name}({params}) -> ({results}) {{"
 
     handles = [e.wrap(f"%a{i}", t) for i, t in enumerate(in_types)]
@@ -313,8 +319,12 @@ def _helper_text(op: ir.Operation, fn_name: str, globals_: list[str], channels_l
             e.emit(f"{zero} = arith.constant 0 : index")
             e.emit(f"scf.yield {', '.join([zero] * len(dims))} : {', '.join(['index'] * len(dims))}")
             e.emit("}")
-        buf = e.fresh("out")
-        e.emit(f"{buf} = memref.alloc({', '.join(dims)}) : {t}")
+        if given[j]:
+            buf = f"%d{j}"
+        else:
+            buf = e.fresh("out")
+            e.emit(f"{buf} = memref.alloc({', '.join(dims)}) : {t}")
+            outs.append(buf)
         e.emit(f"scf.if {ok} {{")
         if channels_last:  # NCHW sizes over the NHWC buffer: ATen's channels-last strides
             view, view_type = e.fresh("nchw"), _nchw_view_type(t)
@@ -326,8 +336,7 @@ def _helper_text(op: ir.Operation, fn_name: str, globals_: list[str], channels_l
         e.call("aoti_torch_delete_tensor_object", [dst])
         e.call("aoti_torch_delete_tensor_object", [h])
         e.emit("}")
-        outs.append(buf)
-    e.emit(f"return {', '.join(outs)} : {results}")
+    e.emit(f"return {', '.join(outs)} : {results}" if outs else "return")
     return "\n".join([header, *e.prologue, *e.lines, "}"]) + "\n"
 
 
@@ -401,10 +410,14 @@ def lower_aten_call(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
             else:
                 buffers.append(bufferization.ToBufferOp(_input_memref_type(v.type), v, read_only=True).result)
         result_types = [_nhwc(r.type) if channels_last else r.type for r in op.results]
-        call = func.CallOp([_result_memref_type(t) for t in result_types], ir.FlatSymbolRefAttr.get(fn_name), buffers)
+        memref_types = [_result_memref_type(t) for t in result_types]
+        dests = [memref.AllocOp(m, [], []).result for m in memref_types if m.has_static_shape]
+        call = func.CallOp([m for m in memref_types if not m.has_static_shape], ir.FlatSymbolRefAttr.get(fn_name),
+                           buffers + dests)
+        given, returned = iter(dests), iter(call.results)
         tensors = [
-            bufferization.ToTensorOp(t, m, restrict=True, writable=True).result
-            for t, m in zip(result_types, call.results)
+            bufferization.ToTensorOp(t, next(given) if m.has_static_shape else next(returned), restrict=True, writable=True).result
+            for t, m in zip(result_types, memref_types)
         ]
         if channels_last:
             tensors = [_permuted(t, _NHWC_TO_NCHW) for t in tensors]
