@@ -174,3 +174,41 @@ def test_large_generics_start_the_team(tmp_path):
     llvm = (tmp_path / "03-llvm.mlir").read_text()
     # the GELU over [67, 256]; LayerNorm's passes over [67, 64] are under MIN_ELEMENTS
     assert llvm.count("llvm.call @GOMP_parallel") == 1
+
+
+PERMUTES = {
+    "2d": (lambda x: x.t().contiguous(), (48, 32), torch.float32),
+    "3d_inner_swap": (lambda x: x.transpose(1, 2).contiguous() * 2, (5, 32, 16), torch.float32),
+    "nchw_to_nhwc_plus_one": (lambda x: x.permute(0, 2, 3, 1).contiguous() + 1, (3, 32, 5, 16), torch.float32),
+    "nhwc_to_nchw": (lambda x: x.permute(0, 3, 1, 2).contiguous(), (2, 7, 16, 48), torch.float32),
+    "5d": (lambda x: x.permute(4, 0, 3, 1, 2).contiguous(), (2, 3, 16, 2, 32), torch.float32),
+    "int32": (lambda x: x.t().contiguous() + 1, (32, 64), torch.int32),
+    "not_a_multiple_of_16": (lambda x: x.permute(0, 2, 1).contiguous() - 1, (3, 20, 24), torch.float32),
+    "float64": (lambda x: x.t().contiguous(), (32, 32), torch.float64),
+}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("name", list(PERMUTES))
+def test_permutes_in_register_tiles(threads, name, n):
+    """tidal-tile-transposes: permutes (alone or fused into elementwise ops) run in 16x16 tiles over
+    a parallel outer loop (uneven chunks on 2 and 3 threads); the others run as they were."""
+    fn, shape, dtype = PERMUTES[name]
+    x = (torch.randn(shape) * 100).to(dtype)
+    threads(n)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(fn, backend="tidal", options={"fallback": "error"})(x), fn(x))
+
+
+def test_permutes_around_a_channels_last_convolution_are_tiled(tmp_path):
+    """A conv block with 32 channels: the permutes to and from NHWC are shuffled in registers,
+    and the block still matches eager."""
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.GroupNorm(8, 32), torch.nn.SiLU(),
+                                torch.nn.Conv2d(32, 16, 3, padding=1))
+    x = torch.randn(2, 32, 16, 16)
+    with torch.no_grad():
+        got = torch.compile(block, backend="tidal", options={"fallback": "error", "dump_dir": str(tmp_path)})(x)
+        torch.testing.assert_close(got, block(x), rtol=1e-4, atol=1e-5)
+    (llvm,) = tmp_path.glob("*/03-llvm.mlir")  # graphs are numbered per process
+    assert "llvm.shufflevector" in llvm.read_text()

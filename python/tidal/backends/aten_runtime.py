@@ -28,6 +28,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import bufferization, func
 
 from tidal.backends.blas import bmm_as_batch_matmul
+from tidal.backends.transpose_tiles import permuted
 from tidal.dialects import declare_transformation
 from tidal.dialects.aten_call import NAME as ATEN_CALL
 from tidal.dialects.aten_call import is_none, is_operand_ref
@@ -371,23 +372,6 @@ def _channels_last_convolution(op: ir.Operation) -> bool:
     return all(t.rank == 4 and t.has_static_shape and str(t.element_type) == "f32" for t in types)
 
 
-def _permuted(v: ir.Value, perm: list[int]) -> ir.Value:
-    """`v` with its dims permuted (result dim i is v's dim perm[i]), as a generic fusion can fold."""
-    from torch_mlir.dialects import linalg, tensor
-
-    t = ir.RankedTensorType(v.type)
-    out = tensor.EmptyOp([t.shape[d] for d in perm], t.element_type).result
-    rank = t.rank
-    read = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(perm.index(d)) for d in range(rank)])
-    identity = ir.AffineMap.get_identity(rank)
-    generic = linalg.GenericOp([out.type], [v], [out], ir.ArrayAttr.get([ir.AffineMapAttr.get(read), ir.AffineMapAttr.get(identity)]),
-                               ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank))
-    block = generic.regions[0].blocks.append(t.element_type, t.element_type)
-    with ir.InsertionPoint(block):
-        linalg.YieldOp([block.arguments[0]])
-    return generic.result
-
-
 @CPU_CALL.rule(ATEN_CALL)
 def lower_aten_call(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
     """Replace `op` by a call of the helper `fn_name`; returns the helper's MLIR text. A
@@ -398,12 +382,12 @@ def lower_aten_call(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
     channels_last = _channels_last_convolution(op)
     text = _helper_text(op, fn_name, globals_, channels_last)
     args = list(ir.ArrayAttr(op.attributes["args"]))
-    permuted = {args[0].value, args[1].value} if channels_last else set()
+    to_nhwc = {args[0].value, args[1].value} if channels_last else set()
     with ir.InsertionPoint(op), op.location:
         buffers = []
         for i, v in enumerate(op.operands):
-            if i in permuted:
-                nhwc = _permuted(v, _NCHW_TO_NHWC)
+            if i in to_nhwc:
+                nhwc = permuted(v, _NCHW_TO_NHWC)
                 buf = bufferization.ToBufferOp(_result_memref_type(nhwc.type), nhwc, read_only=True).result
                 view = memref.TransposeOp(_nchw_view_type(buf.type), buf, ir.AffineMap.get_permutation(_NHWC_TO_NCHW)).result
                 buffers.append(memref.CastOp(_input_memref_type(v.type), view).result)
@@ -420,7 +404,7 @@ def lower_aten_call(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
             for t, m in zip(result_types, memref_types)
         ]
         if channels_last:
-            tensors = [_permuted(t, _NHWC_TO_NCHW) for t in tensors]
+            tensors = [permuted(t, _NHWC_TO_NCHW) for t in tensors]
     for old, new in zip(op.results, tensors):
         old.replace_all_uses_with(new)
     op.erase()

@@ -1,0 +1,168 @@
+"""Permutes on the CPU: fused into their consumers, and run in 16x16 register tiles.
+
+`tidal-transposes-to-generics`: torch-mlir lowers a permute to a named `linalg.transpose`, which
+elementwise fusion does not fold into its consumer (it fuses generics): `x.permute(...) + 1` was
+two passes over the data and a temporary. A transpose read only by generics becomes the
+equivalent generic (a transpose feeding a matmul was already folded into it by
+`tidal-fold-into-matmul`, which runs before).
+
+`tidal-tile-transposes`: a generic that reads an input transposed runs in 16x16 register tiles.
+
+Lowered to loops, a permute reads (or writes) one of its operands with a stride in its innermost
+loop, which LLVM vectorizes with gathers or scatters: a 1 MiB NCHW->NHWC permute took 0.224 ms
+against Inductor's 0.088 (1 thread), and channels-last convolutions put two around every call.
+Tiled over the output's innermost dim and the dim the input reads contiguously, each 16x16 tile
+is 16 contiguous vector reads, a transpose in registers (`vector.transpose`, lowered to the
+shuffle sequence written for AVX-512's 16 lanes), the elementwise body on vectors and 16
+contiguous vector writes; the other dims are loops of one. Only static elementwise generics of
+32-bit values whose two tiled dims are multiples of 16 are tiled (a partial tile would need
+masked vectors); every other generic is left as it was.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects.transform import interpreter
+
+from tidal.passes.registry import ops_named, tidal_pass
+
+TILE = 16
+_MARK = "tidal.tile_transpose"
+
+
+def _script(rank: int, inner_in: int) -> str:
+    sizes = [1] * rank
+    sizes[rank - 1] = sizes[inner_in] = TILE
+    outer, inner = [sizes[0]] + [0] * (rank - 1), [0] + sizes[1:]
+    loops = ", ".join(["!transform.any_op"] * (rank - 1))
+    names = ", ".join(f"%l{i}" for i in range(1, rank))
+    return f"""
+module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
+    %ops = transform.structured.match attributes{{{_MARK} = {inner_in} : i64}} in %root : (!transform.any_op) -> !transform.any_op
+    %chunk, %l0 = transform.structured.tile_using_forall %ops tile_sizes {outer} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %tiled, {names} = transform.structured.tile_using_for %chunk tile_sizes {inner} : (!transform.any_op) -> (!transform.any_op, {loops})
+    transform.structured.vectorize %tiled : !transform.any_op
+    %funcs = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %funcs {{
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    }} : !transform.any_op
+    transform.apply_patterns to %funcs {{
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+      transform.apply_patterns.vector.drop_unit_dims_with_shape_cast
+      transform.apply_patterns.canonicalization
+    }} : !transform.any_op
+    transform.apply_patterns to %funcs {{
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
+      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
+    }} : !transform.any_op
+    transform.apply_patterns to %funcs {{
+      transform.apply_patterns.canonicalization
+    }} : !transform.any_op
+    transform.yield
+  }}
+}}
+"""
+
+
+def permuted(v: ir.Value, perm: list[int]) -> ir.Value:
+    """`v` with its dims permuted (result dim i is v's dim perm[i]), as a generic fusion can fold."""
+    from torch_mlir.dialects import linalg, tensor
+
+    t = ir.RankedTensorType(v.type)
+    out = tensor.EmptyOp([t.shape[d] for d in perm], t.element_type).result
+    rank = t.rank
+    read = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(perm.index(d)) for d in range(rank)])
+    identity = ir.AffineMap.get_identity(rank)
+    generic = linalg.GenericOp([out.type], [v], [out], ir.ArrayAttr.get([ir.AffineMapAttr.get(read), ir.AffineMapAttr.get(identity)]),
+                               ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank))
+    block = generic.regions[0].blocks.append(t.element_type, t.element_type)
+    with ir.InsertionPoint(block):
+        linalg.YieldOp([block.arguments[0]])
+    return generic.result
+
+
+@tidal_pass("tidal-transposes-to-generics", "Turn linalg.transpose ops read only by generics into generics (so fusion folds them)")
+def transposes_to_generics(module_op):
+    for op in ops_named(module_op, ("linalg.transpose",)):
+        users = [u.owner for u in op.results[0].uses]
+        if not users or any(u.name != "linalg.generic" for u in users):
+            continue
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        with ir.InsertionPoint(op), op.location:
+            op.results[0].replace_all_uses_with(permuted(op.operands[0], perm))
+        op.erase()
+
+
+def _tiled_dim(op) -> int | None:
+    """For an elementwise generic over static 32-bit values whose output is written in identity
+    order and whose inputs are read through permutations (or broadcasts) that agree on one other
+    innermost dim: that dim. None for anything else (nothing to transpose, or not tileable)."""
+    if op.name == "linalg.transpose":
+        return _transpose_dim(op)
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return None
+    if any("parallel" not in str(t) for t in op.attributes["iterator_types"]):
+        return None
+    if any(inner.operation.name.split(".")[0] not in ("arith", "math") for inner in op.regions[0].blocks[0].operations
+           if inner.operation.name != "linalg.yield"):
+        return None
+    values = [*op.operands, *op.results]
+    if not all(isinstance(v.type, ir.RankedTensorType) and v.type.has_static_shape for v in values):
+        return None
+    if any(str(ir.ShapedType(v.type).element_type) not in ("f32", "i32") for v in values):
+        return None  # the shuffles are for 16 lanes of 32 bits
+    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+    out = ir.RankedTensorType(op.results[0].type)
+    rank = out.rank
+    if rank < 2 or maps[-1] != ir.AffineMap.get_identity(rank):
+        return None
+    inner = set()
+    for m in maps[:-1]:
+        if not m.is_projected_permutation:
+            return None
+        if len(m.results):
+            d = ir.AffineDimExpr(m.results[-1]).position
+            if d != rank - 1:
+                inner.add(d)
+    if len(inner) != 1:
+        return None
+    (inner_in,) = inner
+    if out.shape[inner_in] % TILE or out.shape[rank - 1] % TILE:
+        return None  # a partial tile would need masked vectors
+    return inner_in
+
+
+def _transpose_dim(op) -> int | None:
+    """A `linalg.transpose`: output dim j reads input dim permutation[j]."""
+    src, dst = op.operands[0].type, op.results[0].type
+    if not (isinstance(src, ir.RankedTensorType) and src.has_static_shape and ir.RankedTensorType(dst).has_static_shape):
+        return None
+    if str(ir.ShapedType(src).element_type) not in ("f32", "i32"):
+        return None
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    rank = len(perm)
+    inner_in = perm.index(rank - 1)
+    shape = ir.RankedTensorType(dst).shape
+    if inner_in == rank - 1 or shape[inner_in] % TILE or shape[rank - 1] % TILE:
+        return None
+    return inner_in
+
+
+@tidal_pass("tidal-tile-transposes", "Copy static permute generics in 16x16 vector tiles (transform dialect), before bufferization")
+def tile_transposes(module_op):
+    shapes: set[tuple[int, int]] = set()  # (rank, tiled input dim): one script each
+
+    def mark(op):
+        dim = _tiled_dim(op)
+        if dim is not None:
+            op.attributes[_MARK] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)
+            shapes.add((ir.RankedTensorType(op.results[0].type).rank, dim))
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(mark)
+    for rank, dim in sorted(shapes):
+        script = ir.Module.parse(_script(rank, dim))
+        interpreter.apply_named_sequence(module_op, script.body.operations[0], script)
