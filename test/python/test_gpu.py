@@ -195,6 +195,23 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
         assert list((graph / part).glob("tidal_scan_rows_*.ttir")), part
 
 
+def test_a_scan_whose_weights_do_not_fit_on_chip_matches_eager_on_cuda(tmp_path):
+    """H = 256: U does not fit in shared memory (row_scan.WEIGHT_BYTES_ON_CHIP; Triton refused the
+    kernel), so the scan runs as the host loop of its step's kernels, and matches eager."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_rnn, rnn_inputs
+
+    model = make_rnn("scan", 256, "cuda")
+    inputs = rnn_inputs(16, 32, 256, "cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="tidal", fullgraph=True, options={**STRICT, "dump_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+    assert not list(tmp_path.glob("graph*/tidal_scan_rows_*.ttir"))
+
+
 def _cond_clamp(x):
     """bench/cases.py's cond_clamp (issue #13): two `any`s over x fused into one reduction kernel."""
     return torch.cond(x.isnan().any() | x.isinf().any(), lambda t: torch.nan_to_num(t, 0.0, 1e4, -1e4), lambda t: t.clone(), (x,))

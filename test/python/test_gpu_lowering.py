@@ -197,3 +197,31 @@ def test_the_flat_variant_needs_contiguous_aligned_operands():
     assert _layout([True], [torch.empty(2049)[1:]], 2048) == (False, False)
     assert _layout([False], [torch.empty(2049)[1:]], 2048) == (True, True)  # one element: a scalar load
     assert _layout(None, [torch.empty(64, 32)], 2048) == (False, False)
+
+
+def test_a_scan_whose_weights_do_not_fit_on_chip_runs_as_the_host_loop():
+    """An RNN with H = 256: its U in shared memory (TF32 high and low parts, 512 KiB) is more than
+    an SM has, which Triton refused to compile; the scan takes the host loop, whose kernels
+    compile."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    class RNN(torch.nn.Module):
+        def __init__(self, h=256):
+            super().__init__()
+            self.U = torch.nn.Parameter(torch.randn(h, h) * 0.05)
+            self.b = torch.nn.Parameter(torch.zeros(h))
+
+        def forward(self, h0, xs):
+            def step(h, x):
+                h = torch.tanh(x + h @ self.U + self.b)
+                return h, h.clone()
+
+            return scan(step, h0, xs)
+
+    torch.manual_seed(0)
+    program = _traced_gpu_program(RNN(), torch.zeros(32, 256), torch.randn(8, 32, 256))
+    kernels = program.kernels_for_emit()
+    assert kernels and not any("scan_rows" in k.name for k in kernels), [k.name for k in kernels]
+    for k in kernels:
+        assert "scf.for" not in kernel_asm(k, "ttir", ("cuda", 90))

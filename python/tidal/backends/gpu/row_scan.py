@@ -11,7 +11,8 @@ A step qualifies when every value in it is a [B, W] tile of the same B rows: car
 along the rows), matmuls of a tile by a const matrix. Rows never mix (a matmul contracts along the
 columns), so programs need no communication. A weight transposed in the step (an adjoint's Uᵀ) is
 loaded transposed. Widths are powers of two of at least 16 (`tt.dot`'s
-smallest tile) and f32 only; anything else runs as the host loop.
+smallest tile), f32 only, and the matrices must fit in shared memory (`WEIGHT_BYTES_ON_CHIP`);
+anything else runs as the host loop.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H
 # fp32 products as three TF32 tensor-core products (hi·hi + hi·lo + lo·hi): 2.3e-6 from eager's
 # fp32 matmul on that RNN (IEEE FMA dot: 1.8e-6, but 16x slower; one TF32 product: 2.7e-3).
 DOT_PRECISION = "tf32x3"
+# The weights stay in shared memory for the whole loop, each as its TF32 high and low parts: an
+# [H, H] matrix takes 8·H² bytes (H = 128: 128 KiB). H100 and H200 have 227 KiB per SM, and
+# Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
+# failed to compile. Bigger weights run as the host loop instead.
+WEIGHT_BYTES_ON_CHIP = 192 * 1024
 
 
 @dataclass
@@ -187,11 +193,20 @@ class _Analysis:
         return all(_map_dims(m) == [0, 1] for m in g.maps[n_in:])
 
 
+def _weight_bytes(a: "_Analysis") -> int:
+    """Shared memory the step's matrices take in the kernel (f32, as two TF32 parts each)."""
+    total = 0
+    for c in a.matrices:
+        kk, nn = _shape(a.args[a.n + a.k + c])
+        total += 2 * 4 * kk * nn
+    return total
+
+
 def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     """The persistent kernel of a row-wise scan (named by `new_name()`), or None when the step is
     not row-wise."""
     a = _Analysis(op)
-    if not a.check():
+    if not a.check() or _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
