@@ -67,3 +67,20 @@ func.func @left_alone(%x: tensor<4x24x16xf32>, %y: tensor<32x16xf64>, %z: tensor
   %t2 = linalg.transpose ins(%z : tensor<8x32x16xf32>) outs(%e2 : tensor<8x32x16xf32>) permutation = [0, 1, 2]
   return %t0, %t1, %t2 : tensor<4x16x24xf32>, tensor<16x32xf64>, tensor<8x32x16xf32>
 }
+
+// Inside a loop body the tiles' parallel loop would start the thread team on every iteration:
+// left alone there.
+// CHECK-LABEL: func.func @in_a_loop
+// CHECK: scf.for
+// CHECK-NOT: scf.forall
+// CHECK: linalg.transpose
+func.func @in_a_loop(%x: tensor<32x32xf32>, %n: index) -> tensor<32x32xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %x) -> (tensor<32x32xf32>) {
+    %e = tensor.empty() : tensor<32x32xf32>
+    %t = linalg.transpose ins(%acc : tensor<32x32xf32>) outs(%e : tensor<32x32xf32>) permutation = [1, 0]
+    scf.yield %t : tensor<32x32xf32>
+  }
+  return %r : tensor<32x32xf32>
+}

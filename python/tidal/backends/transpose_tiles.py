@@ -16,7 +16,7 @@ is 16 contiguous vector reads, a transpose in registers (`vector.transpose`, low
 shuffle sequence written for AVX-512's 16 lanes), the elementwise body on vectors and 16
 contiguous vector writes; the other dims are loops of one. Only static elementwise generics of
 32-bit values whose two tiled dims are multiples of 16 are tiled (a partial tile would need
-masked vectors); every other generic is left as it was.
+masked vectors), at a function's top level; every other generic is left as it was.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def permuted(v: ir.Value, perm: list[int]) -> ir.Value:
 @tidal_pass("tidal-transposes-to-generics", "Turn linalg.transpose ops read only by generics into generics (so fusion folds them)")
 def transposes_to_generics(module_op):
     for op in ops_named(module_op, ("linalg.transpose",)):
-        users = [u.owner for u in op.results[0].uses]
-        if not users or any(u.name != "linalg.generic" for u in users):
+        users = [u.owner.operation.name for u in op.results[0].uses]
+        if not users or any(name != "linalg.generic" for name in users):
             continue
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         with ir.InsertionPoint(op), op.location:
@@ -156,7 +156,10 @@ def tile_transposes(module_op):
     shapes: set[tuple[int, int]] = set()  # (rank, tiled input dim): one script each
 
     def mark(op):
-        dim = _tiled_dim(op)
+        # at a function's top level only: the tiles' parallel loop inside a loop body would start
+        # the thread team on every iteration (tidal-parallelize-generics leaves those alone too)
+        parent = op.parent
+        dim = _tiled_dim(op) if parent is not None and parent.operation.name == "func.func" else None
         if dim is not None:
             op.attributes[_MARK] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)
             shapes.add((ir.RankedTensorType(op.results[0].type).rank, dim))
