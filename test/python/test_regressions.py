@@ -413,3 +413,17 @@ def test_regression_matmul_accumulating_into_an_input():
     got = torch.compile(accumulate_into, backend="tidal", options={"fallback": "error"})(b, x, w)
     torch.testing.assert_close(b, before, rtol=0, atol=0)
     torch.testing.assert_close(got, before + x @ w)
+
+
+def subtract_the_max(v):
+    return (v - v.amax(dim=0, keepdim=True)).clamp(-10.0, 10.0)
+
+
+def test_regression_view_to_a_zero_d_buffer_in_thread_groups():
+    """Found by the fuzz test, fixed in this commit. Was: tidal-parallelize-generics followed the
+    views between a group's generics and read the first reassociation group of a reshape to or
+    from a 0-d buffer, which has none (IndexError: ArrayAttribute index out of range)."""
+    from tidal.compiler import compile_program
+
+    v = torch.randn(2)
+    torch.testing.assert_close(compile_program(subtract_the_max, (v,))(v), subtract_the_max(v))

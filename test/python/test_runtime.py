@@ -75,7 +75,9 @@ def test_dynamic_scan_length_one_program():
     def f(h, xs, w):
         return scan(lambda c, x: (torch.tanh(c @ w + x), c.clone()), h, xs)
 
-    args = (torch.randn(3), torch.randn(5, 3), torch.randn(3, 3))
+    torch.manual_seed(0)  # a contracting recurrence (scaled weights, as real models have): an
+    # unscaled random w amplified ulp-level differences over 40 steps past the tolerance
+    args = (torch.randn(3), torch.randn(5, 3), torch.randn(3, 3) * 0.5)
     program = compile_program(f, args, dynamic_shapes=(None, {0: Dim("T", min=2)}, None))
     assert program.native.args[1].shape == (None, 3)
     assert not program.native.results_as_arguments  # [T, 3] outputs: the code sizes and returns them

@@ -128,7 +128,8 @@ def _root(v: ir.Value) -> tuple[ir.Value, bool]:
     while not isinstance(v.owner, ir.Block) and v.owner.operation.name in _VIEWS:
         owner = v.owner.operation
         if owner.name != "memref.cast":
-            first = [ir.IntegerAttr(i).value for i in ir.ArrayAttr(ir.ArrayAttr(owner.attributes["reassociation"])[0])]
+            groups = ir.ArrayAttr(owner.attributes["reassociation"])  # empty to or from a 0-d buffer
+            first = [ir.IntegerAttr(i).value for i in ir.ArrayAttr(groups[0])] if len(groups) else []
             keeps = keeps and first == [0]
         v = owner.operands[0]
     return v, keeps
