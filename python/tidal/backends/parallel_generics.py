@@ -162,8 +162,9 @@ class _Group:
             if not isinstance(v.type, ir.MemRefType):
                 continue  # a fill's scalar
             root, keeps = _root(v)
-            rows_of_root = ir.MemRefType(root.type).get_dim_size(0) if ir.MemRefType(root.type).rank else None
-            out.append((root, p == 0 and keeps and rows_of_root == self.rows and not ir.MemRefType(root.type).is_dynamic_dim(0), i >= n_in))
+            t = ir.MemRefType(root.type)
+            chunked = p == 0 and keeps and t.rank > 0 and not t.is_dynamic_dim(0) and t.get_dim_size(0) == self.rows
+            out.append((root, chunked, i >= n_in))
         return out
 
     def accepts(self, op, positions, rows) -> bool:
@@ -190,7 +191,6 @@ class _Group:
 
 def _groups(block) -> list[_Group]:
     groups, current, pending = [], None, []
-    defined_before: set = set()  # values usable before the current group starts
 
     def close():
         nonlocal current, pending
