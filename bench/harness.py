@@ -133,10 +133,13 @@ def run_unit(run_py: str, unit: dict, args) -> tuple[list[tuple[str, str, dict]]
 
 
 class Context:
-    def __init__(self, device: str, quick: bool, threads: int):
+    def __init__(self, device: str, quick: bool, threads: int, part: str = "both"):
         self.device = device
         self.quick = quick
         self.threads = threads
+        # "time" or "memory": a case measuring peak memory on the CPU runs each configuration twice
+        # (see cases.memory_twins); "both" otherwise
+        self.part = part
         if quick:
             self.budget_s, self.min_repeats, self.max_repeats, self.warmup_calls = 0.2, 2, 5, 1
         else:
@@ -317,6 +320,8 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
                     times.append(time.perf_counter() - t0)
                 estimate = min(times) if times else first
                 n = repeats or max(ctx.min_repeats, min(ctx.max_repeats, int(ctx.budget_s / max(estimate, 1e-9))))
+                if memory and ctx.part == "memory":
+                    n = 0  # the twin process with the default allocator times it
                 times = []
                 for _ in range(n):
                     ctx.sync()
@@ -324,7 +329,7 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
                     invoke(fn, inputs)
                     ctx.sync()
                     times.append(time.perf_counter() - t0)
-                if memory:
+                if memory and ctx.part != "time":
                     rec.update(peak_memory_of_call(ctx, lambda: invoke(fn, inputs)))
         except Exception as exc:  # noqa: BLE001
             return failure(exc, "steady-state call")
@@ -333,6 +338,8 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
         fallbacks = _fallback_messages(caught)
         if fallbacks:
             return {"status": "fallback", "reason": fallbacks[0], "first_call_s": first}
+    if not times:
+        return rec
     times.sort()
     median = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
     rec.update({"time_s": median, "times_s": times, "repeats": len(times), "first_call_s": first})
@@ -355,7 +362,7 @@ def child_main(unit: dict, device: str, threads: int, quick: bool) -> int:
 
     import cases
 
-    ctx = Context(device, quick, threads)
+    ctx = Context(device, quick, threads, unit.get("part", "both"))
     warm_up_compiler(ctx, unit["backend"])
     case = cases.CASES[unit["case"]]
     try:

@@ -167,6 +167,17 @@ def print_report(results) -> None:
             print("  " + p)
 
 
+def _merged(earlier: dict | None, rec: dict) -> dict:
+    """A cell measured by two processes (time, then memory): one record; a failure of either stands."""
+    if earlier is None:
+        return rec
+    if earlier.get("status") != "ok":
+        return earlier
+    if rec.get("status") != "ok":
+        return rec
+    return {**earlier, **{k: v for k, v in rec.items() if k.startswith("peak_mem")}}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args._single is not None:
@@ -231,14 +242,15 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     for k, unit in enumerate(units, 1):
         what = f"[{k}/{len(units)}] {unit['case']} {unit['column']}" + (f" ({unit['variant']})" if unit["variant"] else "") \
-            + (f" {unit['params']}" if unit["params"] else "")
+            + (f" {unit['params']}" if unit["params"] else "") + (f" [{unit['part']}]" if unit.get("part") else "")
         if unit["backend"] not in backends:
             got = [(r, c, harness.status_record("skipped", "not in --backends")) for r, c in unit["cells"]]
             wall = 0.0
         else:
             got, wall = harness.run_unit(os.path.abspath(__file__), unit, args)
         for row, col, rec in got:
-            cells[unit["case"]].setdefault(row, {})[col] = rec
+            row_cells = cells[unit["case"]].setdefault(row, {})
+            row_cells[col] = _merged(row_cells.get(col), rec)
         states = ", ".join(sorted({rec["status"] for _, _, rec in got}))
         print(f"  {what}: {states} ({wall:.1f} s)", file=sys.stderr, flush=True)
 

@@ -5,6 +5,7 @@ float64 gradcheck, strict (a graph that fell back to eager would match eager and
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -437,14 +438,16 @@ def gated(h0, xs, w, u, v):
 def test_scan_adjoint_repeats_no_forward_contraction():
     """The adjoint keeps the step's values whose recomputation would repeat a matmul (the gates
     here; the new carry comes free as the next entering one) instead of running the forward again:
-    its body has the backward's six matmuls, not those plus the forward's three."""
+    its body has the backward's six matmuls, not those plus the forward's three (and so does step 0,
+    run after the loop: it enters with the initial carry, see test_scan_entering_carries_are_outputs)."""
     gen = torch.Generator().manual_seed(4)
     h0 = torch.zeros(4, 8)
     xs = torch.randn(12, 4, 8, generator=gen).requires_grad_()
     w, u, v = [(torch.randn(8, 8, generator=gen) * 0.3).requires_grad_() for _ in range(3)]
     _, backward_ir = training_ir(gated, h0, xs, w, u, v)
     assert backward_ir.count('"tidal.scan"') == 1
-    assert backward_ir.count("torch.aten.mm ") == 6, backward_ir
+    assert _scan_body(backward_ir).count("torch.aten.mm ") == 6, backward_ir
+    assert backward_ir.count("torch.aten.mm ") <= 12, backward_ir
     compiled = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
     _grads_vs_python_loop(compiled, gated, (h0, xs, w, u, v), (xs, w, u, v), rtol=1e-4, atol=1e-5)
 
@@ -454,7 +457,35 @@ def test_scan_adjoint_skips_cotangents_nobody_wants():
     h0, xs = torch.zeros(4, 8), torch.randn(12, 4, 8)
     w, u, v = [(torch.randn(8, 8) * 0.3).requires_grad_() for _ in range(3)]
     _, backward_ir = training_ir(gated, h0, xs, w, u, v)
-    assert backward_ir.count("torch.aten.mm ") == 5, backward_ir
+    assert _scan_body(backward_ir).count("torch.aten.mm ") == 5, backward_ir
+    assert backward_ir.count("torch.aten.mm ") <= 10, backward_ir
+
+
+def _rnn_with_states(h0, xs, w, u):
+    def step(h, x):
+        h = torch.tanh(x @ w + h @ u)
+        return h, h.clone()
+
+    return scan(step, h0, xs)
+
+
+def test_scan_entering_carries_are_outputs():
+    """A carry that is also a per-step output (h, h.clone()) enters step t > 0 as output t - 1: the
+    forward stacks no copy of it (its scan returns the final carry and the outputs only), the
+    reverse scan reads a view of the outputs for steps T-1..1, and step 0 runs after it with the
+    initial carry, whose gradient it gives."""
+    gen = torch.Generator().manual_seed(8)
+    h0 = (torch.randn(4, 8, generator=gen) * 0.5).requires_grad_()
+    xs = torch.randn(12, 4, 8, generator=gen)
+    w, u = [(torch.randn(8, 8, generator=gen) * 0.3).requires_grad_() for _ in range(2)]
+    forward_ir, backward_ir = training_ir(_rnn_with_states, h0, xs, w, u, stage="tidal")
+    assert re.findall(r'%\d+:(\d+) = "tidal.scan"', forward_ir) == ["2"], forward_ir
+    assert "[11,4,8]" in backward_ir, backward_ir  # steps 1..11 of the outputs, read in the loop
+    compiled = torch.compile(_rnn_with_states, backend="tidal", fullgraph=True, options=STRICT)
+    _grads_vs_python_loop(compiled, _rnn_with_states, (h0, xs, w, u), (h0, w, u), rtol=1e-4, atol=1e-5)
+    double = [h0.detach().double().requires_grad_(), xs.double(), *[t.detach().double().requires_grad_() for t in (w, u)]]
+    assert torch.autograd.gradcheck(torch.compile(_rnn_with_states, backend="tidal", fullgraph=True, options=STRICT),
+                                    double, eps=1e-6, atol=1e-5)
 
 
 def _scan_body(ir_text: str) -> str:

@@ -64,6 +64,9 @@ class SplitStep:
     output_dtypes: list
     # over (carries, xs, consts, kept, cotangents): the inputs the adjoint takes (it reads only these)
     reads: list[bool]
+    # carry i -> per-step output k that is the new carry itself: the carry entering step t > 0 is
+    # then output k of step t - 1, stacked by the loop already
+    carry_outputs: dict[int, int]
 
     def adjoint_inputs(self, *groups) -> list:
         """The adjoint's arguments out of all its potential inputs, given in `reads`' order."""
@@ -181,7 +184,17 @@ def split_step(body, counts, operands, wanted, keys, keep=True, carries_stacked=
     adjoint_inputs = [*primals, *kept_nodes, *cots]
     adjoint = _subgraph(joint, adjoint_inputs, wanted_grads)
     reads = _drop_unread_inputs(adjoint)
-    return SplitStep(forward, adjoint, kept, len(stacked_nodes), output_dtypes, reads)
+    return SplitStep(forward, adjoint, kept, len(stacked_nodes), output_dtypes, reads, _carry_outputs(fw_outs, n_c))
+
+
+def _carry_outputs(fw_outs, n_c: int) -> dict[int, int]:
+    roots = [_value_root(o) for o in fw_outs]
+    found = {}
+    for i in range(n_c):
+        k = next((k for k, r in enumerate(roots[n_c:]) if isinstance(r, fx.Node) and r is roots[i]), None)
+        if k is not None:
+            found[i] = k
+    return found
 
 
 def _drop_unread_inputs(gm: fx.GraphModule) -> list[bool]:

@@ -66,13 +66,31 @@ def _spread(values, reads) -> list:
     return [next(it) if r else None for r in reads]
 
 
-def _keeping_the_carry(body, num_carries):
-    """The step, also returning (a copy of) the carry it started from."""
+def _keeping_the_carry(body, keep):
+    """The step, also returning (a copy of) each carry it started from that `keep` names."""
 
     def step(*args):
-        return (*flat(body(*args)), *[c.clone() for c in args[:num_carries]])
+        return (*flat(body(*args)), *[c.clone() for c, k in zip(args, keep) if k])
 
     return step
+
+
+def _derived_carries(split, segment, xs) -> dict[int, int]:
+    """Carries whose entering values the backward reads from a per-step output instead of a stacked
+    copy (see `SplitStep.carry_outputs`): step 0's is the initial carry, so at least two steps."""
+    if split is None or segment != 1 or not xs or not isinstance(xs[0].shape[0], int) or xs[0].shape[0] < 2:
+        return {}
+    return split.carry_outputs
+
+
+def _tail(ts) -> list:
+    """Steps 1.. of each stacked value (None stays None)."""
+    return [None if t is None else t[1:] for t in ts]
+
+
+def _head(ts) -> list:
+    """Step 0 of each stacked value (None stays None)."""
+    return [None if t is None else t[0] for t in ts]
 
 
 class ScanVJP(torch.autograd.Function):
@@ -85,10 +103,12 @@ class ScanVJP(torch.autograd.Function):
         # The step is cut in the forward, where it runs; with symbolic shapes (torch.export's
         # dynamic dims) the body is traced once more only in the backward, keeping nothing.
         split = split_step(body, counts, operands, wanted, dispatch_keys()) if _static(operands) else None
+        derived = _derived_carries(split, segment, xs)
+        keep = [i not in derived for i in range(num_carries)] if segment == 1 else [True] * num_carries
         with torch._C._AutoDispatchBelowAutograd():
             if segment == 1:
                 step = split.forward if split is not None else body
-                outs = scan_op(_keeping_the_carry(step, num_carries), list(init), list(xs), list(consts))
+                outs = scan_op(_keeping_the_carry(step, keep), list(init), list(xs), list(consts))
             else:
 
                 def run_segment(*args):  # (carry..., xs of s steps..., consts...)
@@ -98,12 +118,14 @@ class ScanVJP(torch.autograd.Function):
 
                 outs = scan_op(run_segment, list(init), _segments(xs, segment), list(consts))
                 outs = [*outs[:num_carries], *_joined(outs[num_carries : len(outs) - num_carries]), *outs[len(outs) - num_carries :]]
-        n_out = num_carries + len(outs) - 2 * num_carries - (split.num_stacked if split is not None and segment == 1 else 0)
-        results, stacked, carries_in = split_into_chunks(list(outs), [n_out, len(outs) - n_out - num_carries, num_carries])
+        n_entering, n_stacked = sum(keep), (split.num_stacked if split is not None and segment == 1 else 0)
+        results, stacked, carries_in = split_into_chunks(list(outs), [len(outs) - n_stacked - n_entering, n_stacked, n_entering])
         ctx.body, ctx.split, ctx.counts, ctx.segment, ctx.wanted = body, split, counts, segment, wanted
+        ctx.derived, ctx.n_entering = derived, n_entering
         ctx.metas = [Meta(r) for r in results]
         ctx.keys = dispatch_keys()
-        save_values_for_backward(ctx, (*carries_in, *xs, *consts, *stacked, *results))
+        derived_init = [init[i] for i in sorted(derived)]
+        save_values_for_backward(ctx, (*carries_in, *derived_init, *xs, *consts, *stacked, *results))
         return tuple(results)
 
     @staticmethod
@@ -112,7 +134,12 @@ class ScanVJP(torch.autograd.Function):
         split, s = ctx.split, ctx.segment
         n_out = len(ctx.metas)
         n_s = split.num_stacked if split is not None and s == 1 else 0
-        carries_in, xs, consts, stacked, results = split_into_chunks(saved_values(ctx), [n_c, n_x, n_w, n_s, n_out])
+        derived = ctx.derived
+        saved = split_into_chunks(saved_values(ctx), [ctx.n_entering, len(derived), n_x, n_w, n_s, n_out])
+        carries_in, derived_init, xs, consts, stacked, results = saved
+        # a derived carry enters step 0 as the initial carry and step t > 0 as output k of step t - 1
+        stacked_in, initial = iter(carries_in), dict(zip(sorted(derived), derived_init))
+        carries_in = [None if i in derived else next(stacked_in) for i in range(n_c)]
         if split is None:
             operands = [*carries_in, *xs, *consts]
             split = split_step(ctx.body, ctx.counts, operands, ctx.wanted, ctx.keys, keep=False, carries_stacked=True)
@@ -160,24 +187,35 @@ class ScanVJP(torch.autograd.Function):
             adjoint = trace_body(
                 adjoint_step, [*g_init, *steps, *w], [False] * len(g_init) + [True] * len(steps) + [False] * n_w, ctx.keys
             )
-            g_out, g_w, _, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, steps, list(w))), [n_c, n_gw, n_h, n_gx])
-            return g_out, g_w, reversed_steps(g_xs_rev)
+            g_out, g_w, handed, g_xs_rev = split_into_chunks(list(scan_op(adjoint, g_init, steps, list(w))), [n_c, n_gw, n_h, n_gx])
+            return g_out, g_w, handed, reversed_steps(g_xs_rev)
 
         def recomputed(entering, xs_, w):
             """The segment's forward again: every step's entering carries, the final ones, the kept values."""
-            outs = scan_op(_keeping_the_carry(split.forward or ctx.body, n_c), list(entering), list(xs_), list(w))
+            outs = scan_op(_keeping_the_carry(split.forward or ctx.body, [True] * n_c), list(entering), list(xs_), list(w))
             final, ys, stacked_, entering_each = split_into_chunks(list(outs), [n_c, n_y, split.num_stacked, n_c])
             return entering_each, final, kept_values(split, stacked_, ys)
 
-        if s == 1:
+        if s == 1 and not derived:
             kept = kept_values(split, stacked, results[n_c:])
-            g_init, g_w, g_xs = reverse_scan(carries_in, results[:n_c], xs, kept, g_ys, init, consts)
+            g_init, g_w, _, g_xs = reverse_scan(carries_in, results[:n_c], xs, kept, g_ys, init, consts)
+        elif s == 1:
+            # Steps T-1..1 as the reverse scan, reading a derived carry's entering values as a view
+            # of the output it is, then step 0 (entered with the initial carry) once more after it.
+            ys, kept = results[n_c:], kept_values(split, stacked, results[n_c:])
+            entering_tail = [ys[derived[i]][:-1] if c is None else c[1:] for i, c in enumerate(carries_in)]
+            g_c, g_w, handed, g_xs_tail = reverse_scan(entering_tail, results[:n_c], _tail(xs), _tail(kept), _tail(g_ys), init, consts)
+            entering_0 = [initial[i] if c is None else c[0] for i, c in enumerate(carries_in)]
+            step_0 = [*g_c, *g_w, *handed, *read(entering_0, entering_k), *read(_head(xs), reads_x),
+                      *read(_head(kept), stacked_k), *_head(g_ys), *consts]
+            g_init, g_w, _, g_x0 = split_into_chunks(list(adjoint_step(*step_0)), [n_c, n_gw, n_h, n_gx])
+            g_xs = [torch.cat([a.unsqueeze(0), b]) for a, b in zip(g_x0, g_xs_tail)]
         else:
 
             def adjoint_segment(*args):
                 g_c, g_w, c_seg, x_seg, g_y_seg, w = split_into_chunks(args, [n_c, n_gw, n_c, n_x, n_y, n_w])
                 entering, final, kept = recomputed(c_seg, x_seg, w)
-                g_c_prev, g_w_new, g_x_seg = reverse_scan(entering, final, x_seg, kept, g_y_seg, [*g_c, *g_w], w)
+                g_c_prev, g_w_new, _, g_x_seg = reverse_scan(entering, final, x_seg, kept, g_y_seg, [*g_c, *g_w], w)
                 return (*g_c_prev, *g_w_new, *g_x_seg)
 
             segments = [*carries_in, *_segments(xs, s), *_segments(g_ys, s)]
@@ -189,7 +227,8 @@ class ScanVJP(torch.autograd.Function):
             g_xs = _joined(reversed_steps(g_xs_seg))
         g_xs, g_w = iter(g_xs), iter(g_w)
         grads_in = [*g_init, *[next(g_xs) if k else None for k in x_wanted], *[next(g_w) if k else None for k in w_wanted]]
-        operands = [*carries_in, *xs, *consts]  # dtypes of the operands, in order
+        carries = [initial[i] if c is None else c for i, c in enumerate(carries_in)]
+        operands = [*carries, *xs, *consts]  # dtypes of the operands, in order
         return None, None, None, None, *[g if g is not None and differentiable(o) else None for g, o in zip(grads_in, operands)]
 
 
