@@ -251,6 +251,26 @@ def test_fused_reductions_and_flat_kernels_match_eager(layout):
                                        rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
+def test_replays_hand_out_a_view_of_a_plan_buffer_without_copying():
+    """A result that is a view of a kernel's output (a reshape) is the graph's own memory too: a
+    replay hands it out with no copy, and its values follow the inputs."""
+
+    def flat_tanh(x):
+        return torch.tanh(x * 2.0).reshape(-1)
+
+    program = _gpu_program(flat_tanh, (torch.randn(32, 64),))
+    x = torch.randn(32, 64, device="cuda")
+    with torch.no_grad():
+        program(x)
+        program(x)  # captured
+        (capture,) = next(iter(program._graphs.values()))
+        x.mul_(-1.5)
+        replayed = program(x)[0]
+        assert capture.owned == [True]
+        assert replayed.data_ptr() == capture.outs[0].data_ptr()  # the graph's memory, not a copy
+        torch.testing.assert_close(replayed, flat_tanh(x))
+
+
 def test_replays_hand_out_the_graph_outputs_without_overwriting_held_ones():
     """A replay's results are the graph's own outputs (no copy: the same memory at every replay
     whose results were dropped); while the caller holds them, the next call does not replay that

@@ -47,6 +47,31 @@ def test_elementwise_associative_scan_is_one_tt_scan_kernel_with_the_time_loop_i
     assert ttir.index('"tt.scan"', loop) > loop  # the chunks after the first are scanned inside the loop
 
 
+def test_long_associative_scan_kernels_compile_and_chunk_0_is_re_scanned_with_the_others():
+    """Reduce-then-scan's kernels (taken at run time for long scans) compile to PTX; the re-scan
+    takes chunk 0 too (no kernel for it alone), combining the previous chunk's total only where
+    there is one: a select, since a combine has no known identity."""
+    from tidal.backends.gpu import kernels as K
+    from tidal.backends.gpu.program import SCAN_VARIANTS
+
+    program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    for variant, flags in SCAN_VARIANTS.items():
+        kernel = K.scan_kernel(op, f"tidal_scan_{variant}", 64, 16, **flags)
+        assert f".entry tidal_scan_{variant}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+    carried = kernel_asm(K.scan_kernel(op, "carried", 64, 16, **SCAN_VARIANTS["carried"]), "ttir", ("cuda", 90))
+    assert re.search(r"arith\.cmpi sgt, %\w+, %c0_i32", carried), carried
+    assert "arith.select" in carried
+
+
+def _walk(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _walk(inner.operation)
+
+
 def test_elementwise_while_is_one_kernel_with_the_loop_inside():
     """A while_loop with an elementwise body and a condition on a 0-d counter: ONE kernel whose
     scf.while carries the counter as a scalar (the condition needs no reduction) and the data as

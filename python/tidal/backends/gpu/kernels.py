@@ -510,7 +510,7 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
     [i·BC, (i+1)·BC) of chunk j + `first_chunk` (rows [c·L, (c+1)·L) in scan order) and walks it in
     tiles of `block_t` rows: `tt.scan` within a tile, the carry of the rows before combined in
     (lhs: the earlier prefix). `carry_in` starts from row c-1 of `carries` (the scanned chunk
-    totals); `write_total` stores the chunk's last row into `totals` (L is a multiple of
+    totals), chunk 0 from nothing: one launch re-scans every chunk; `write_total` stores the chunk's last row into `totals` (L is a multiple of
     block_t, so only a partial last chunk has a meaningless total, and nothing reads it).
     `reverse` reads rows from the end, so the scan inside a tile runs forward and padding rows
     come last. `in_scan_order`: the rows are already in scan order (chunk totals)."""
@@ -546,8 +546,9 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
         off = b.binary("arith.addi", b.splat(b.binary("arith.muli", row_index, width, "i32"), "i32", (block_c,)), cols, c_i32)
         return row_addr.pointers(ptr, elem, off)
 
-    def chunk(start: str, carry: list[str] | None) -> list[str]:
-        """Scan rows [start, start + block_t) (in scan order), store them; returns the last row."""
+    def chunk(start: str, carry: list[str] | None, carry_valid: str | None = None) -> list[str]:
+        """Scan rows [start, start + block_t) (in scan order), store them; returns the last row.
+        `carry` is combined in where `carry_valid` (an i1; always when None)."""
         s = b.binary("arith.addi", b.splat(start, "i32", tile), rows_t, t_i32)  # position in scan order
         t = b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32) if reverse else s
         in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
@@ -570,7 +571,13 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
             for c, e in zip(carry, elems):
                 c2 = b.op(f"tt.expand_dims {c} {{axis = 0 : i32}} : {tensor_type((block_c,), e)} -> {tensor_type(col, e)}")
                 spread.append(b.op(f"tt.broadcast {c2} : {tensor_type(col, e)} -> {tensor_type(tile, e)}"))
-            values = _combine_scalars(b, op, spread, values, tile)
+            combined = _combine_scalars(b, op, spread, values, tile)
+            if carry_valid is None:
+                values = combined
+            else:  # a combine has no known identity to start chunk 0 from: pick instead
+                valid = b.splat(carry_valid, "i1", tile)
+                values = [b.op(f"arith.select {valid}, {c}, {v} : {tensor_type(tile, 'i1')}, {tensor_type(tile, e)}")
+                          for c, v, e in zip(combined, values, elems)]
         for y, v, e in zip(ys, values, elems):  # (none when only the chunk's total is wanted)
             addr.store(addr.pointers(y, e, off), v, e, mask)
         last = []
@@ -587,11 +594,13 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
             last.append(red)
         return last
 
-    incoming = None
+    incoming, has_carry = None, None
     if carry_in:
-        previous = b.binary("arith.subi", chunk_id, b.const(1, "i32"), "i32")
-        incoming = [row_addr.load(row_pointers(c, e, previous), e, col_mask) for c, e in zip(carries, elems)]
-    carry = chunk(begin, incoming)
+        has_carry = b.op(f"arith.cmpi sgt, {chunk_id}, {b.const(0, 'i32')} : i32")
+        previous = b.op(f"arith.maxsi {b.binary('arith.subi', chunk_id, b.const(1, 'i32'), 'i32')}, {b.const(0, 'i32')} : i32")
+        load_mask = b.binary("arith.andi", col_mask, b.splat(has_carry, "i1", (block_c,)), tensor_type((block_c,), "i1"))
+        incoming = [row_addr.load(row_pointers(c, e, previous), e, load_mask) for c, e in zip(carries, elems)]
+    carry = chunk(begin, incoming, has_carry)
     # the tiles after the first: scf.for over their starts, the carry in iter_args
     carry_tys = [tensor_type((block_c,), e) for e in elems]
     iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()

@@ -111,9 +111,11 @@ class _Capture:
     nothing else holds (not an input, a constant, another result, nor a view of one) is handed
     out as an alias, not a copy (a copy of a 64 MiB result costs as much as the kernel making
     it); the graph replays only when no alias handed out is alive (its memory held by the result
-    alone again). Other results are handed out as copies."""
+    alone again). Other results are handed out as copies. A result that views a buffer of the
+    plan nothing else holds (a reshape of a kernel's output) owns that memory itself."""
 
     def __init__(self, graph, outs: list):
+        outs[:] = [_unviewed(o) for o in outs]  # in place: the views go with the only list holding them
         self.graph, self.outs = graph, outs
         self.owned = [_held_by_result_alone(outs, i) for i in range(len(outs))]
 
@@ -124,6 +126,15 @@ class _Capture:
         self.graph.replay()
         return [o.detach() if owned else o.clone() if isinstance(o, torch.Tensor) else o
                 for o, owned in zip(self.outs, self.owned)]
+
+
+def _unviewed(value):
+    """A view as a tensor of its own over the same memory, no longer keeping its base alive (the
+    base then goes unless something else holds it)."""
+    if not isinstance(value, torch.Tensor) or value._base is None:
+        return value
+    alone = torch.empty(0, dtype=value.dtype, device=value.device)
+    return alone.set_(value.untyped_storage(), value.storage_offset(), value.shape, value.stride())
 
 
 def _storage_users(t: torch.Tensor) -> int:
@@ -154,6 +165,12 @@ def _on_host(value):
 
 def _slices(offsets, sizes, strides):
     return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
+
+
+# An associative_scan's kernels: one chunk ("scan"), or reduce-then-scan over chunks (each chunk's
+# total, a scan of the totals, every chunk re-scanned from the total before it: "carried")
+SCAN_VARIANTS = {"scan": {}, "totals": {"store_y": False, "write_total": True},
+                 "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}
 
 
 class GpuProgram:
@@ -745,10 +762,8 @@ class GpuProgram:
             raise TidalUnsupported("GPU backend: associative_scan needs an elementwise combine without captured values", op.location)
         xs_values, results = list(op.operands)[:k], list(op.results)
         name = self._new_kernel_name("scan")
-        flags = {"scan": {}, "totals": {"store_y": False, "write_total": True},
-                 "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}
         variants = _Variants(self, lambda variant, block_t, block_c: K.scan_kernel(
-            op, f"{name}_{variant}", block_t, block_c, **flags[variant]))
+            op, f"{name}_{variant}", block_t, block_c, **SCAN_VARIANTS[variant]))
 
         def launch(variant: str, block_t: int, block_c: int, grid, *args):
             variants.compiled((variant, block_t, block_c))[grid](*args)
@@ -778,8 +793,8 @@ class GpuProgram:
                     scanned = [torch.empty_like(t) for t in totals]
                     launch("scan_totals", block_t, block_c, (col_blocks, 1, 1), *totals, *scanned, chunks, width,
                            _cdiv(chunks, block_t) * block_t, 0)
-                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
-                    launch("carried", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *outs, *scanned, length, width, chunk, 1)
+                    # chunk 0 with the others (alone it kept one program per column block busy while the GPU idled)
+                    launch("carried", block_t, block_c, (col_blocks, chunks, 1), *rows, *outs, *scanned, length, width, chunk, 0)
             for r, o, x in zip(results, outs, xs):
                 env[r] = o.reshape(x.shape).movedim(0, dim)
 
