@@ -145,6 +145,11 @@ def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():
     loop = ttir.index("scf.for")
     assert ttir.index("tt.dot", loop) > loop
     assert ttir.count("tt.dot") == 1
+    # x_t·W, the dot's accumulator, was loaded one step ahead: it comes in as a loop-carried value
+    # (the load in the loop is for the next step), not from a load the dot waits on
+    (carried,) = re.findall(r"scf\.for %\w+ = .* iter_args\(%(\w+) = %\w+, %(\w+) = %\w+\)", ttir)
+    (accumulator,) = re.findall(r"tt\.dot %\w+, %\w+, %(\w+)", ttir)
+    assert accumulator == carried[1], ttir
 
 
 def cond_clamp(x):

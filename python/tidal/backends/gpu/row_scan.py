@@ -296,16 +296,30 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for w in {*widths, *xs_widths, *(_shape(v)[1] for v in ys)}:
         tile_offsets(w)  # before the loop: the stores after it use them too
     inits = [load_tile(p, w) for p, w in zip(init_ptrs, widths)]
-    t, iter_args, loop = b.fresh(), [b.fresh() for _ in range(n)], b.fresh()
-    b.emit(f"{loop}:{n} = scf.for {t} = {b.const(0, i32)} to {b.const(a.length, i32)} step {b.const(1, i32)} "
-           f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, inits))}) -> ({', '.join(carry_types)}) : i32 {{")
+    # Each step's slices of the xs are loaded one step ahead and carried in: the load of step t+1
+    # is in flight while step t's matmuls run (a step's x-projection is its matmul's accumulator,
+    # which the dot waited for: a global load's latency on every step of the chain).
+    prefetched = [j for j in range(k) if len(list(a.args[n + j].uses))]
+
+    def xs_tile(j, step_index):
+        w = xs_widths[j]
+        return load_tile(xs_ptrs[j], w, b.binary("arith.muli", step_index, b.const(a.rows * w, i32), i32))
+
+    def step_of(i):
+        return b.binary("arith.subi", b.const(a.length - 1, i32), i, i32) if a.reverse else i
+
+    firsts = [xs_tile(j, step_of(b.const(0, i32))) for j in prefetched]
+    loop_types = [*carry_types, *(tensor_type((ROWS, xs_widths[j]), "f32") for j in prefetched)]
+    t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
+    b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {b.const(a.length, i32)} step {b.const(1, i32)} "
+           f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
+           f"({', '.join(loop_types)}) : i32 {{")
     b.indent += 1
-    step = b.binary("arith.subi", b.const(a.length - 1, i32), t, i32) if a.reverse else t
-    values.update(zip(a.args[:n], iter_args))
-    for j, (p, w) in enumerate(zip(xs_ptrs, xs_widths)):
-        if len(list(a.args[n + j].uses)):
-            base = b.binary("arith.muli", step, b.const(a.rows * w, i32), i32)
-            values[a.args[n + j]] = load_tile(p, w, base)
+    step = step_of(t)
+    values.update(zip(a.args[:n], iter_args[:n]))
+    values.update((a.args[n + j], x) for j, x in zip(prefetched, iter_args[n:]))
+    ahead = b.op(f"arith.minsi {b.binary('arith.addi', t, b.const(1, i32), i32)}, {b.const(a.length - 1, i32)} : i32")
+    nexts = [xs_tile(j, step_of(ahead)) for j in prefetched]  # the last step loads its own slices again
     for inner in a.block.operations:
         name = inner.operation.name
         if name in ("tensor.empty", "arith.constant", "linalg.transpose"):
@@ -338,7 +352,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for j, (p, v) in enumerate(zip(ys_ptrs, outs[n:])):
         w = _shape(ys[j])[1]
         store_tile(p, v, w, b.binary("arith.muli", step, b.const(a.rows * w, i32), i32))
-    b.emit(f"scf.yield {', '.join(outs[:n])} : {', '.join(carry_types)}")
+    b.emit(f"scf.yield {', '.join([*outs[:n], *nexts])} : {', '.join(loop_types)}")
     b.indent -= 1
     b.emit("}")
     for i, (p, w) in enumerate(zip(out_ptrs, widths)):
