@@ -629,6 +629,38 @@ def _train_step(params):
     return step
 
 
+class RnnScanSizes(Case):
+    name = "rnn_scan_sizes"
+    title = "RNN scan forward over batch, width and length (run and compile time)"
+    description = (
+        "h_t = tanh(x_t W + h U + b) via scan, forward (no_grad), at several (B, H, T). On cuda tidal runs "
+        "it as one persistent kernel where the step's weights fit on chip (H <= 128 in f32), else as a "
+        "host loop of kernels."
+    )
+
+    SIZES = [(32, 128, 128), (256, 128, 128), (32, 64, 1024), (32, 256, 128)]
+
+    def row_params(self, quick):
+        sizes = [(4, 16, 8)] if quick else self.SIZES
+        return {f"B={b} H={h} T={t}": dict(B=b, H=h, T=t) for b, h, t in sizes}
+
+    def units(self, quick, device):
+        return [_u(self.name, be, be, [row], params=p) for row, p in self.row_params(quick).items() for be in BACKENDS]
+
+    def run_unit(self, ctx, unit):
+        from harness import measure
+
+        p = unit["params"]
+        inputs = rnn_inputs(p["T"], p["B"], p["H"], ctx.device)
+        model = make_rnn("scan", p["H"], ctx.device)
+        loop = make_rnn("loop", p["H"], ctx.device)
+        import torch
+
+        with torch.no_grad():
+            ref = loop(*inputs)
+        yield unit["cells"][0][0], unit["column"], measure(ctx, unit["backend"], model, inputs, reference=ref)
+
+
 class RnnTrain(Case):
     name = "rnn_train"
     title = "RNN forward+backward: Python loop vs scan"
@@ -792,6 +824,6 @@ def make_weight(p, device):
 
 CASES = {
     c.name: c
-    for c in (CompileTime(), RnnScan(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
+    for c in (CompileTime(), RnnScan(), RnnScanSizes(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
               CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine())
 }
