@@ -104,7 +104,7 @@ class ScanVJP(torch.autograd.Function):
         # dynamic dims) the body is traced once more only in the backward, keeping nothing.
         split = split_step(body, counts, operands, wanted, dispatch_keys()) if _static(operands) else None
         derived = _derived_carries(split, segment, xs)
-        keep = [i not in derived for i in range(num_carries)] if segment == 1 else [True] * num_carries
+        keep = [i not in derived for i in range(num_carries)]
         with torch._C._AutoDispatchBelowAutograd():
             if segment == 1:
                 step = split.forward if split is not None else body
@@ -121,7 +121,7 @@ class ScanVJP(torch.autograd.Function):
         n_entering, n_stacked = sum(keep), (split.num_stacked if split is not None and segment == 1 else 0)
         results, stacked, carries_in = split_into_chunks(list(outs), [len(outs) - n_stacked - n_entering, n_stacked, n_entering])
         ctx.body, ctx.split, ctx.counts, ctx.segment, ctx.wanted = body, split, counts, segment, wanted
-        ctx.derived, ctx.n_entering = derived, n_entering
+        ctx.derived = derived
         ctx.metas = [Meta(r) for r in results]
         ctx.keys = dispatch_keys()
         derived_init = [init[i] for i in sorted(derived)]
@@ -135,7 +135,7 @@ class ScanVJP(torch.autograd.Function):
         n_out = len(ctx.metas)
         n_s = split.num_stacked if split is not None and s == 1 else 0
         derived = ctx.derived
-        saved = split_into_chunks(saved_values(ctx), [ctx.n_entering, len(derived), n_x, n_w, n_s, n_out])
+        saved = split_into_chunks(saved_values(ctx), [n_c - len(derived), len(derived), n_x, n_w, n_s, n_out])
         carries_in, derived_init, xs, consts, stacked, results = saved
         # a derived carry enters step 0 as the initial carry and step t > 0 as output k of step t - 1
         stacked_in, initial = iter(carries_in), dict(zip(sorted(derived), derived_init))

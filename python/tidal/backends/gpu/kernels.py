@@ -507,11 +507,12 @@ def _combine_scalars(b: KernelBuilder, op, lhs: list[str], rhs: list[str], shape
 def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = True, write_total: bool = False,
                 carry_in: bool = False, in_scan_order: bool = False) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] contiguous tensors. Program (i, j) takes columns
-    [i·BC, (i+1)·BC) of chunk j + `first_chunk` (rows [c·L, (c+1)·L) in scan order) and walks it in
-    tiles of `block_t` rows: `tt.scan` within a tile, the carry of the rows before combined in
-    (lhs: the earlier prefix). `carry_in` starts from row c-1 of `carries` (the scanned chunk
-    totals), chunk 0 from nothing: one launch re-scans every chunk; `write_total` stores the chunk's last row into `totals` (L is a multiple of
-    block_t, so only a partial last chunk has a meaningless total, and nothing reads it).
+    [i·BC, (i+1)·BC) of chunk j (rows [j·L, (j+1)·L) in scan order) and walks it in tiles of
+    `block_t` rows: `tt.scan` within a tile, the carry of the rows before combined in (lhs: the
+    earlier prefix). `carry_in` starts chunk j > 0 from row j-1 of `carries` (the scanned chunk
+    totals) and chunk 0 from nothing, so one launch re-scans every chunk; `write_total` stores
+    the chunk's last row into `totals` (L is a multiple of block_t, so only a partial last chunk
+    has a meaningless total, and nothing reads it).
     `reverse` reads rows from the end, so the scan inside a tile runs forward and padding rows
     come last. `in_scan_order`: the rows are already in scan order (chunk totals)."""
     k = ir.IntegerAttr(op.attributes["num_xs"]).value
@@ -522,11 +523,11 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
     ys = [b.pointer_arg(f"y{i}", e) for i, e in enumerate(elems)] if store_y else []
     totals = [b.pointer_arg(f"total{i}", e) for i, e in enumerate(elems)] if write_total else []
     carries = [b.pointer_arg(f"carry{i}", e) for i, e in enumerate(elems)] if carry_in else []
-    length, width, chunk_rows, first_chunk = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("L"), b.scalar_arg("first_chunk")
+    length, width, chunk_rows = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("L")
     tile, row, col = (block_t, block_c), (block_t, 1), (1, block_c)
     t_i32, c_i32 = tensor_type(tile, "i32"), tensor_type((block_c,), "i32")
     pid = b.op("tt.get_program_id x : i32")
-    chunk_id = b.binary("arith.addi", b.op("tt.get_program_id y : i32"), first_chunk, "i32")
+    chunk_id = b.op("tt.get_program_id y : i32")
     c0 = b.binary("arith.muli", pid, b.const(block_c, "i32"), "i32")
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
     cols2 = b.op(f"tt.expand_dims {cols} {{axis = 0 : i32}} : {c_i32} -> {tensor_type(col, 'i32')}")

@@ -786,15 +786,15 @@ class GpuProgram:
                 chunk = max(4 * block_t, _cdiv(_cdiv(length, max(1, _PROGRAMS // col_blocks)), block_t) * block_t)
                 chunks = _cdiv(length, chunk)
                 if chunks == 1:
-                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk, 0)
+                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *outs, length, width, chunk)
                 else:
                     totals = [torch.empty(chunks, width, dtype=r.dtype, device=r.device) for r in rows]
-                    launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk, 0)
+                    launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk)
                     scanned = [torch.empty_like(t) for t in totals]
                     launch("scan_totals", block_t, block_c, (col_blocks, 1, 1), *totals, *scanned, chunks, width,
-                           _cdiv(chunks, block_t) * block_t, 0)
+                           _cdiv(chunks, block_t) * block_t)
                     # chunk 0 with the others (alone it kept one program per column block busy while the GPU idled)
-                    launch("carried", block_t, block_c, (col_blocks, chunks, 1), *rows, *outs, *scanned, length, width, chunk, 0)
+                    launch("carried", block_t, block_c, (col_blocks, chunks, 1), *rows, *outs, *scanned, length, width, chunk)
             for r, o, x in zip(results, outs, xs):
                 env[r] = o.reshape(x.shape).movedim(0, dim)
 
