@@ -9,7 +9,8 @@ Child side: `child_main` builds the unit's programs (bench/cases.py) and `measur
 of timed repeats. Every record is a dict with a "status":
 
   ok               time_s (median), times_s, repeats, first_call_s, compile_s (first - median,
-                   compiled backends only), max_abs_err against eager, plus case metrics
+                   compiled backends only), max_abs_err against eager, on cuda back_to_back_s
+                   (per call, calls queued without synchronizing), plus case metrics
   failed           error_type, error (first line), cause (innermost exception), phase
   fallback         tidal ran the graph in eager (TidalFallbackWarning): reason; no time reported
   unsupported      not run
@@ -264,6 +265,22 @@ def peak_memory_of_call(ctx: Context, call) -> dict:
             "peak_mem_method": "ru_maxrss (whole process)"}
 
 
+def _back_to_back(ctx: Context, call, estimate: float) -> float:
+    """Median time per call of calls queued without a synchronization between them (the device's
+    throughput: the host prepares call k+1 while the GPU runs call k), three runs of about a
+    quarter of the time budget each."""
+    k = max(5, min(1000, int(ctx.budget_s / 4 / max(estimate, 1e-9))))
+    runs = []
+    for _ in range(3):
+        ctx.sync()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            call()
+        ctx.sync()
+        runs.append((time.perf_counter() - t0) / k)
+    return sorted(runs)[1]
+
+
 def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, reference=None, grad=False,
             rtol=1e-3, atol=1e-3, memory=False, repeats=None, fn=None) -> dict:
     """Time `program(*inputs)` (or `invoke(fn, inputs)`) under `backend` in this process.
@@ -329,6 +346,8 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
                     invoke(fn, inputs)
                     ctx.sync()
                     times.append(time.perf_counter() - t0)
+                if ctx.device == "cuda" and times:
+                    rec["back_to_back_s"] = _back_to_back(ctx, lambda: invoke(fn, inputs), min(times))
                 if memory and ctx.part != "time":
                     rec.update(peak_memory_of_call(ctx, lambda: invoke(fn, inputs)))
         except Exception as exc:  # noqa: BLE001

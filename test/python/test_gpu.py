@@ -171,6 +171,35 @@ def test_reductions_match_eager(name, fn, shape):
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("init", ["literal", "loaded"])
+def test_split_reductions_fold_on_the_device_at_every_call(init, monkeypatch):
+    """The last program of each row block folds the partials, and zeroes its arrival counter for
+    the next launch: 20 calls (CUDA graph replays after the second) over new values in the same
+    buffers, with many row blocks of many splits (row sums of [64, 300000]), one row block of
+    1056 splits (a full sum) and NaNs; the initial value as a literal or read from the fill."""
+    import tidal.backends.gpu.program as gpu_program
+
+    if init == "loaded":
+        monkeypatch.setattr(gpu_program, "_folded_fill_literal", lambda value: None)
+
+    def stats(x, y):
+        return x.sum(-1), x.amax(-1), y.sum(), y.isnan().any()
+
+    torch._dynamo.reset()
+    f = torch.compile(stats, backend="tidal", fullgraph=True, options=STRICT)
+    gen = torch.Generator().manual_seed(11)
+    x, y = torch.empty(64, 300000, device="cuda"), torch.empty(4096, 4096, device="cuda")
+    for call in range(20):
+        x.copy_(torch.randn(x.shape, generator=gen))
+        y.copy_(torch.randn(y.shape, generator=gen))
+        if call % 3 == 1:
+            x[call, call * 7] = float("nan")
+            y[call, -call] = float("nan")
+        with torch.no_grad():
+            got, expected = f(x, y), stats(x, y)
+        torch.testing.assert_close(list(got), list(expected), rtol=1e-4, atol=1e-2, equal_nan=True)
+
+
 def test_row_wise_scan_trains_on_cuda(tmp_path):
     """The wide RNN's forward scan and its adjoint (a reverse scan reading Uᵀ) each run as ONE
     persistent row kernel; the gradients match the Python loop's on CUDA (eager scan's own autograd

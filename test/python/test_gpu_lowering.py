@@ -174,10 +174,34 @@ def test_sibling_reductions_are_one_kernel_reading_their_operand_once():
     kernels = program.kernels_for_emit()
     assert [re.sub(r"_\d+.*", "", k.name) for k in kernels] == ["tidal_reduce", "tidal_generic"], [k.name for k in kernels]
     ttir = kernel_asm(kernels[0], "ttir", ("cuda", 90))
-    loop = ttir[ttir.index("scf.for"):]
-    assert loop.count("tt.load") == 1, ttir
-    assert ttir.count("tt.store") == 2  # one partial per `any`
-    assert ttir.count('"tt.reduce"') == 2 and ttir.index('"tt.reduce"') > ttir.index("scf.yield")  # after the loop only
+    partials = ttir[: ttir.index("gpu.barrier")]
+    assert partials[partials.index("scf.for"):].count("tt.load") == 1, ttir
+    assert partials.count("tt.store") == 2  # one partial per `any`
+    assert partials.count('"tt.reduce"') == 2 and partials.index('"tt.reduce"') > partials.index("scf.yield")  # after the loop only
+
+
+def test_split_reduction_folds_its_partials_in_its_last_program(monkeypatch):
+    """The program arriving last (an acq_rel atomic counter, after a CTA barrier that orders the
+    partial stores before it) folds every partial with volatile loads and writes the result: no
+    ATen reduction, binary op or fill kernel after the reduction. The initial values of a
+    reduction whose out is a constant fill are a literal in the kernel; other outs are read."""
+    import torch
+    import tidal.backends.gpu.program as gpu_program
+
+    program = _traced_gpu_program(cond_clamp, torch.randn(256, 256))
+    reduce = program.kernels_for_emit()[0]
+    assert "init0" not in reduce.signature and {"res0", "res1", "arrivals"} <= set(reduce.signature)
+    ttir = kernel_asm(reduce, "ttir", ("cuda", 90))
+    barrier, atomic = ttir.index("gpu.barrier"), ttir.index("tt.atomic_rmw add, acq_rel, gpu")
+    fold = ttir[ttir.index("scf.if", atomic):]
+    assert barrier < atomic and fold.count("isVolatile = true") == 2 and fold.count("tt.store") == 3  # 2 results, the counter
+    ptx = kernel_asm(reduce, "ptx", ("cuda", 90))
+    assert "atom.global.gpu.acq_rel.add" in ptx and "ld.volatile.global" in ptx
+
+    monkeypatch.setattr(gpu_program, "_folded_fill_literal", lambda value: None)
+    loaded = _traced_gpu_program(lambda x: x.sum(-1), torch.randn(64, 3000)).kernels_for_emit()[0]
+    assert "init0" in loaded.signature
+    assert "ld.volatile.global" in kernel_asm(loaded, "ptx", ("cuda", 90))
 
 
 def _ptx_facts(kernel) -> tuple[set[str], int]:

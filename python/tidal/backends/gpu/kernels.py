@@ -301,18 +301,17 @@ def generic_kernel(op, name: str, flat: bool = False, aligned: bool = False) -> 
 
 # -- split reductions: sums, maxima, ... over many programs -------------------------------------
 
-# combiner op -> (identity as a TTIR literal per element kind, the torch reduction of partials, the
-# torch op folding the total into the initial value)
+# combiner op -> its identity, as a TTIR literal (f32 infinities widened for f64 by _F64_INF)
 COMBINERS = {
-    "arith.addf": ("0.000000e+00", "sum", "add"),
-    "arith.addi": ("0", "sum", "add"),
-    "arith.mulf": ("1.000000e+00", "prod", "mul"),
-    "arith.maximumf": ("0xFF800000", "amax", "maximum"),
-    "arith.minimumf": ("0x7F800000", "amin", "minimum"),
-    "arith.maxnumf": ("0xFF800000", "amax", "fmax"),
-    "arith.minnumf": ("0x7F800000", "amin", "fmin"),
-    "arith.ori": ("0", "any", "logical_or"),
-    "arith.andi": ("1", "all", "logical_and"),
+    "arith.addf": "0.000000e+00",
+    "arith.addi": "0",
+    "arith.mulf": "1.000000e+00",
+    "arith.maximumf": "0xFF800000",
+    "arith.minimumf": "0x7F800000",
+    "arith.maxnumf": "0xFF800000",
+    "arith.minnumf": "0x7F800000",
+    "arith.ori": "0",
+    "arith.andi": "1",
 }
 _F64_INF = {"0xFF800000": "0xFFF0000000000000", "0x7F800000": "0x7FF0000000000000"}
 
@@ -349,14 +348,16 @@ def split_combiners(op):
 
 
 def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool = False,
-                           aligned: bool = False) -> tuple[Kernel, GenericBody]:
+                           aligned: bool = False, inits: list[str | None] | None = None) -> tuple[Kernel, GenericBody]:
     """Program (i, s) reduces rows [i·BP, (i+1)·BP) over its split s of the flattened reduction
     dims, in tiles [BP, BR] combined elementwise into a tile of accumulators (masked lanes holding
     the identity), one `tt.reduce` along the tile's reduction axis after the loop (not one per
-    tile: each is a round trip through shared memory), and writes its partial to part_j[row, s];
-    the host folds the S partials and the initial value (ATen, same stream). `flat` (the ins'
-    `flat_reads` is a list, launched on contiguous ins): row r's element k sits at r·red + k.
-    `aligned`: red and per_split are multiples of 16, so masks and row starts keep vector loads."""
+    tile: each is a round trip through shared memory), and writes its partial to part_j[row, s].
+    The last program of row block i to finish folds the block's S partials and the initial values
+    into res_j (`_fold_partials`). `flat` (the ins' `flat_reads` is a list, launched on contiguous
+    ins): row r's element k sits at r·red + k. `aligned`: red and per_split are multiples of 16,
+    so masks and row starts keep vector loads. `inits[j]`: out j's initial value as a literal (the
+    out is a fill of a constant), or None: read from init_j[row]."""
     gen = GenericBody(op, name)
     combiners = split_combiners(op)
     b, n_in, body = gen.b, len(gen.ins), gen.body
@@ -365,6 +366,10 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool
     gen.declare_inputs()
     out_elems = [_tensor_rank_and_elem(v)[1] for v in gen.outs]
     parts = [b.pointer_arg(f"part{j}", e) for j, e in enumerate(out_elems)]
+    inits = inits or [None] * len(out_elems)
+    init_ptrs = [b.pointer_arg(f"init{j}", e) if lit is None else None for j, (e, lit) in enumerate(zip(out_elems, inits))]
+    res = [b.pointer_arg(f"res{j}", e) for j, e in enumerate(out_elems)]
+    arrivals = b.pointer_arg("arrivals", "i32")
     sizes = [b.scalar_arg(f"n{d}") for d in range(len(gen.iterators))]
     rows_total = b.scalar_arg("rows")
     red_total, per_split = b.scalar_arg("red", divisible=aligned), b.scalar_arg("per_split", divisible=aligned)
@@ -372,16 +377,11 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool
     ty = tensor_type(tile, "i32")
     pid_p, pid_s = b.op("tt.get_program_id x : i32"), b.op("tt.get_program_id y : i32")
 
-    def spread(vec: str, length: int, axis: int) -> str:
-        one = (length, 1) if axis == 1 else (1, length)
-        e = b.op(f"tt.expand_dims {vec} {{axis = {axis} : i32}} : {tensor_type((length,), 'i32')} -> {tensor_type(one, 'i32')}")
-        return b.op(f"tt.broadcast {e} : {tensor_type(one, 'i32')} -> {ty}")
-
     rows1 = b.binary("arith.addi", b.splat(b.binary("arith.muli", pid_p, b.const(block_p, "i32"), "i32"), "i32", (block_p,)),
                      b.op(f"tt.make_range {{end = {block_p} : i32, start = 0 : i32}} : {tensor_type((block_p,), 'i32')}"),
                      tensor_type((block_p,), "i32"))
-    rows = spread(rows1, block_p, 1)
-    lanes = spread(b.op(f"tt.make_range {{end = {block_r} : i32, start = 0 : i32}} : {tensor_type((block_r,), 'i32')}"), block_r, 0)
+    rows = _broadcast_vector(b, rows1, "i32", tile, axis=1)
+    lanes = _broadcast_vector(b, b.op(f"tt.make_range {{end = {block_r} : i32, start = 0 : i32}} : {tensor_type((block_r,), 'i32')}"), "i32", tile, axis=0)
     row_ok = b.op(f"arith.cmpi slt, {rows}, {b.splat(rows_total, 'i32', tile)} : {ty}")
     index: dict[int, str] = {}
     if not flat:
@@ -390,7 +390,7 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, per_split, 'i32')}, {red_total} : i32")
 
     def identity(c, elem, shape):
-        literal = COMBINERS[c.operation.name][0]
+        literal = COMBINERS[c.operation.name]
         if elem == "f64":
             literal = _F64_INF.get(literal, literal)
         if elem == "i1":
@@ -422,22 +422,96 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool
     b.emit(f"scf.yield {', '.join(new)} : {', '.join(acc_tys)}")
     b.indent -= 1
     b.emit("}")
-    partials = []
-    for j, (c, elem) in enumerate(zip(combiners, out_elems)):
-        red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
-        b.emit(f'{red} = "tt.reduce"({results}#{j}) <{{axis = 1 : i32}}> ({{')
-        b.emit(f"^bb0({p}: {elem}, {q}: {elem}):")
-        b.emit(f"  {t} = {c.operation.name} {p}, {q} : {elem}")
-        b.emit(f"  tt.reduce.return {t} : {elem}")
-        b.emit(f"}}) : ({acc_tys[j]}) -> {tensor_type((block_p,), elem)}")
-        partials.append(red)
+    partials = [_reduce_rows(b, f"{results}#{j}", c.operation.name, elem, tile) for j, (c, elem) in enumerate(zip(combiners, out_elems))]
     row_addr = _Addressing(b, (block_p,))
     row_mask = b.op(f"arith.cmpi slt, {rows1}, {b.splat(rows_total, 'i32', (block_p,))} : {tensor_type((block_p,), 'i32')}")
     off = b.binary("arith.addi", b.binary("arith.muli", rows1, b.splat(splits, "i32", (block_p,)), tensor_type((block_p,), "i32")),
                    b.splat(pid_s, "i32", (block_p,)), tensor_type((block_p,), "i32"))
     for j, elem in enumerate(out_elems):
         row_addr.store(row_addr.pointers(parts[j], elem, off), partials[j], elem, row_mask)
+    _fold_partials(b, combiners, out_elems, parts, init_ptrs, inits, res, arrivals, pid_p, splits, rows1, row_mask,
+                   block_p, identity)
     return b.text(), gen
+
+
+FOLD_BLOCK = 256  # partials per row folded at once by the last program
+
+
+def _reduce_rows(b, tile_value: str, combiner: str, elem: str, tile: tuple[int, int]) -> str:
+    """Each row of a [rows, lanes] tile folded with `combiner`: a vector of rows."""
+    red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
+    b.emit(f'{red} = "tt.reduce"({tile_value}) <{{axis = 1 : i32}}> ({{')
+    b.emit(f"^bb0({p}: {elem}, {q}: {elem}):")
+    b.emit(f"  {t} = {combiner} {p}, {q} : {elem}")
+    b.emit(f"  tt.reduce.return {t} : {elem}")
+    b.emit(f"}}) : ({tensor_type(tile, elem)}) -> {tensor_type((tile[0],), elem)}")
+    return red
+
+
+def _broadcast_vector(b, vec: str, elem: str, shape: tuple[int, int], axis: int) -> str:
+    """A vector along one axis of a 2-d tile, repeated along the other (`axis` is the new one)."""
+    length = shape[1 - axis]
+    one = (length, 1) if axis == 1 else (1, length)
+    e = b.op(f"tt.expand_dims {vec} {{axis = {axis} : i32}} : {tensor_type((length,), elem)} -> {tensor_type(one, elem)}")
+    return b.op(f"tt.broadcast {e} : {tensor_type(one, elem)} -> {tensor_type(shape, elem)}")
+
+
+def _fold_partials(b, combiners, elems, parts, init_ptrs, inits, res, arrivals, pid_p, splits, rows1, row_mask,
+                   block_p, identity) -> None:
+    """The last of row block i's S programs to arrive folds part_j[rows, 0..S) and the initial
+    values into res_j[rows] (folding them on the host took one ATen reduction and one binary op
+    per out, and a fill of the initial value: more launches than the reduction itself for a full
+    reduction). Arrival is counted with an acq_rel atomic on arrivals[i] after a CTA barrier (the
+    barrier orders every thread's partial stores before thread 0's release); the last program
+    reads the partials with volatile loads (past L1, which other SMs' writes do not update), and
+    zeroes arrivals[i] for the next launch (launches on one stream do not overlap)."""
+    b.emit("gpu.barrier")
+    one, true = b.const(1, "i32"), b.op("arith.constant true")
+    counter = b.op(f"tt.addptr {arrivals}, {pid_p} : !tt.ptr<i32>, i32")
+    before = b.op(f"tt.atomic_rmw add, acq_rel, gpu, {counter}, {one}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
+    last = b.op(f"arith.cmpi eq, {before}, {b.binary('arith.subi', splits, one, 'i32')} : i32")
+    b.emit(f"scf.if {last} {{")
+    b.indent += 1
+    tile = (block_p, FOLD_BLOCK)
+    ty = tensor_type(tile, "i32")
+    rows_t = _broadcast_vector(b, rows1, "i32", tile, axis=1)
+    lane1 = b.op(f"tt.make_range {{end = {FOLD_BLOCK} : i32, start = 0 : i32}} : {tensor_type((FOLD_BLOCK,), 'i32')}")
+    lanes = _broadcast_vector(b, lane1, "i32", tile, axis=0)
+    row_mask_t = _broadcast_vector(b, row_mask, "i1", tile, axis=1)
+    acc_tys = [tensor_type(tile, e) for e in elems]
+    iv, iters, folded = b.fresh(), [b.fresh() for _ in elems], b.fresh()
+    accs0 = [identity(c, e, tile) for c, e in zip(combiners, elems)]
+    b.emit(f"{folded}:{len(elems)} = scf.for {iv} = {b.const(0, 'i32')} to {splits} step {b.const(FOLD_BLOCK, 'i32')} "
+           f"iter_args({', '.join(f'{i} = {a}' for i, a in zip(iters, accs0))}) -> ({', '.join(acc_tys)}) : i32 {{")
+    b.indent += 1
+    s = b.binary("arith.addi", b.splat(iv, "i32", tile), lanes, ty)
+    mask = b.binary("arith.andi", row_mask_t, b.op(f"arith.cmpi slt, {s}, {b.splat(splits, 'i32', tile)} : {ty}"), tensor_type(tile, "i1"))
+    off = b.binary("arith.addi", b.binary("arith.muli", rows_t, b.splat(splits, "i32", tile), ty), s, ty)
+    addr = _Addressing(b, tile)
+    new = []
+    for j, (c, elem) in enumerate(zip(combiners, elems)):
+        mem = memory_type(elem)
+        ptrs = addr.pointers(parts[j], elem, off)
+        value = b.op(f"tt.load {ptrs}, {mask} {{isVolatile = true}} : {tensor_type(tile, f'!tt.ptr<{mem}>')}")
+        if mem != elem:
+            value = b.op(f"arith.cmpi ne, {value}, {b.const(0, mem, tile)} : {tensor_type(tile, mem)}")
+        value = b.op(f"arith.select {mask}, {value}, {identity(c, elem, tile)} : {tensor_type(tile, 'i1')}, {acc_tys[j]}")
+        new.append(b.binary(c.operation.name, iters[j], value, acc_tys[j]))
+    b.emit(f"scf.yield {', '.join(new)} : {', '.join(acc_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    row_addr = _Addressing(b, (block_p,))
+    for j, (c, elem) in enumerate(zip(combiners, elems)):
+        red = _reduce_rows(b, f"{folded}#{j}", c.operation.name, elem, tile)
+        if inits[j] is None:
+            init = row_addr.load(row_addr.pointers(init_ptrs[j], elem, rows1), elem, row_mask)
+        else:
+            init = b.const(inits[j], elem, (block_p,))
+        total = b.binary(c.operation.name, init, red, tensor_type((block_p,), elem))
+        row_addr.store(row_addr.pointers(res[j], elem, rows1), total, elem, row_mask)
+    b.emit(f"tt.store {counter}, {b.const(0, 'i32')} : !tt.ptr<i32>")
+    b.indent -= 1
+    b.emit("}")
 
 
 # -- associative_scan → tt.scan -----------------------------------------------------------------

@@ -307,23 +307,25 @@ class GpuProgram:
 
     def _op_linalg_fill(self, op):
         value, out, result = op.operands[0], op.operands[1], op.results[0]
+        if _folded_fill_literal(result) is not None:
+            return lambda env: None  # the reductions it initializes fold the constant in their kernel
         return lambda env: env.__setitem__(result, torch.full(env[out].shape, env[value], dtype=env[out].dtype, device=env[out].device))
 
     def _split_reduction(self, op):
-        """A generic folding each out with one combiner: partials over many programs, then ATen
-        folds them (a full sum of 16M elements is not one lane's loop)."""
+        """A generic folding each out with one combiner: partials over many programs, folded by
+        the last program of each row block (a full sum of 16M elements is not one lane's loop)."""
         g = op.opview
         ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
         operands = [*ins, *outs]
-        combiners = K.split_combiners(op)
-        folds = [K.COMBINERS[c.operation.name][1:] for c in combiners]
+        inits = [_folded_fill_literal(o) for o in outs]
         probe = K.GenericBody(op, "probe")
         parallel, reduction, dim_sources = probe.parallel, probe.reduction, probe.dim_sources()
         captured, captured_scalar = probe.captured, probe.captured_scalar
         flat_reads = probe.flat_reads()
         name = self._new_kernel_name("reduce")
         def make(bp, br, flat, aligned):
-            kernel = K.split_reduction_kernel(op, _variant_name(f"{name}_{bp}x{br}", flat, aligned), bp, br, flat, aligned)[0]
+            kernel = K.split_reduction_kernel(op, _variant_name(f"{name}_{bp}x{br}", flat, aligned), bp, br, flat, aligned,
+                                              inits)[0]
             kernel.num_warps = REDUCE_WARPS
             return kernel
 
@@ -338,28 +340,39 @@ class GpuProgram:
             sizes = [_tensor_type(operands[k]).shape[r] for k, r in dim_sources]
             red = _prod(sizes[d] for d in reduction)
             variants.kernel((*blocks(_prod(sizes[d] for d in parallel), red), *_layout(flat_reads, [], red)))
+        arrivals: dict = {}  # (device, row blocks) -> zeroed counters, which the last arrival zeroes again
+
+        def out_shape(env, o):
+            return env[o].shape if env.get(o) is not None else env[o.owner.operands[1]].shape  # a folded fill's out
 
         def step(env):
-            tensors = [env[v] for v in operands]
-            sizes = [tensors[k].shape[r] for k, r in dim_sources]
+            tensors = [env[v] for v in ins]
+            shapes = [t.shape for t in tensors] + [out_shape(env, o) for o in outs]
+            sizes = [shapes[k][r] for k, r in dim_sources]
             rows, red = _prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)
-            key = (*blocks(rows, red), *_layout(flat_reads, tensors[: len(ins)], red))
+            dtypes = [_dtype(o) for o in outs]
+            if red == 0 or rows == 0:
+                for r, o, lit, dtype in zip(results, outs, inits, dtypes):
+                    init = env[o] if lit is None else torch.full(out_shape(env, o), env[o.owner.operands[0]], dtype=dtype, device="cuda")
+                    env[r] = init.clone()
+                return
+            key = (*blocks(rows, red), *_layout(flat_reads, tensors, red))
             programs_p = _cdiv(rows, key[0])
             splits = max(1, min(_cdiv(red, key[1]), _cdiv(REDUCE_PROGRAMS, programs_p)))
             per_split = _cdiv(_cdiv(red, splits), key[1]) * key[1]
             splits = max(1, _cdiv(red, per_split))
-            parts = [torch.empty(rows, splits, dtype=env[o].dtype, device=env[o].device) for o in outs]
-            args = _operand_args(tensors[: len(ins)], captured, captured_scalar, env)
-            args += [*parts, *sizes, rows, red, per_split, splits]
-            if rows > 0 and red > 0:
-                variants.compiled(key)[(programs_p, splits, 1)](*args)
-            for r, o, part, (reduce, fold) in zip(results, outs, parts, folds):
-                init = env[o]
-                if red == 0:
-                    env[r] = init.clone()
-                    continue
-                total = getattr(torch, reduce)(part, dim=1).to(init.dtype)
-                env[r] = getattr(torch, fold)(init.reshape(rows), total).reshape(init.shape)
+            device = tensors[0].device if tensors else torch.device("cuda", torch.cuda.current_device())
+            parts = [torch.empty(rows, splits, dtype=dtype, device=device) for dtype in dtypes]
+            init_args = [env[o].reshape(rows).contiguous() for o, lit in zip(outs, inits) if lit is None]
+            res = [torch.empty(rows, dtype=dtype, device=device) for dtype in dtypes]
+            counters = arrivals.get((device, programs_p))
+            if counters is None:
+                counters = arrivals[(device, programs_p)] = torch.zeros(programs_p, dtype=torch.int32, device=device)
+            args = _operand_args(tensors, captured, captured_scalar, env)
+            args += [*parts, *init_args, *res, counters, *sizes, rows, red, per_split, splits]
+            variants.compiled(key)[(programs_p, splits, 1)](*args)
+            for r, o, total in zip(results, outs, res):
+                env[r] = total.reshape(out_shape(env, o))
 
         return step
 
@@ -816,6 +829,28 @@ def _operand_args(inputs, captured, captured_scalar, env) -> list:
         t = env[v]
         args += [_on_host(t)] if scalar else [t, *t.stride()]
     return args
+
+
+def _folded_fill_literal(value) -> str | None:
+    """The constant of `value = linalg.fill(arith.constant)` as a TTIR literal when every use of
+    `value` is the initial value (an out) of a split reduction, which then folds it in its kernel
+    (no fill kernel); else None."""
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "linalg.fill":
+        return None
+    constant = owner.operands[0].owner
+    if isinstance(constant, ir.Block) or constant.operation.name != "arith.constant":
+        return None
+    if constant.results[0].type != ir.RankedTensorType(value.type).element_type:
+        return None
+    for use in value.uses:
+        user = use.owner
+        if user.operation.name != "linalg.generic" or K.split_combiners(user) is None:
+            return None
+        if use.operand_number < len(user.opview.inputs):
+            return None
+    text = str(constant.attributes["value"]).split(" : ")[0]
+    return {"0": "false", "1": "true"}.get(text, text) if element_type(constant.results[0].type) == "i1" else text
 
 
 def _scalar_literal(text: str):
