@@ -108,29 +108,35 @@ def test_what_is_captured_as_a_cuda_graph():
     assert not program._graphs_enabled
 
 
-def test_linear_recurrence_over_many_chunks_and_columns():
-    """The scan kernel's chunk loop and column blocks: T and C not multiples of the blocks."""
+# float64: reduce-then-scan over chunks; float32: the one-pass look-back kernel (widths <= 64)
+_SCAN_TOLERANCES = {torch.float64: {}, torch.float32: {"rtol": 1e-4, "atol": 1e-4}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_linear_recurrence_over_many_chunks_and_columns(dtype):
+    """The scan kernels' chunk loop, tiles and column blocks: T and C not multiples of the blocks."""
     from torch._higher_order_ops import associative_scan
 
     def recurrence(a, b):
         return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a, b), dim=0, combine_mode="generic")[1]
 
     gen = torch.Generator().manual_seed(0)
-    for length, width in ((1, 3), (1000, 70), (100_003, 16)):
-        a = (0.5 + 0.5 * torch.rand(length, width, generator=gen, dtype=torch.float64)).cuda()
-        b = torch.randn(length, width, generator=gen, dtype=torch.float64).cuda()
+    for length, width in ((1, 3), (1000, 70), (100_003, 16), (300_001, 3), (50_000, 64)):
+        a = (0.5 + 0.5 * torch.rand(length, width, generator=gen, dtype=torch.float64))
+        b = torch.randn(length, width, generator=gen, dtype=torch.float64)
         torch._dynamo.reset()
-        got = torch.compile(recurrence, backend="tidal", fullgraph=True, options=STRICT)(a, b)
-        a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
+        got = torch.compile(recurrence, backend="tidal", fullgraph=True, options=STRICT)(a.to("cuda", dtype), b.to("cuda", dtype))
+        a_np, b_np = a.numpy(), b.numpy()
         ref, h = b_np.copy(), b_np[0]
         for t in range(1, length):
             h = a_np[t] * h + b_np[t]
             ref[t] = h
-        torch.testing.assert_close(got.cpu(), torch.from_numpy(ref))
+        torch.testing.assert_close(got.cpu().double(), torch.from_numpy(ref), **_SCAN_TOLERANCES[dtype])
 
 
-def test_linear_recurrence_reverse_long():
-    """Reduce-then-scan over many chunks, read from the end (PyTorch's reverse=True)."""
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_linear_recurrence_reverse_long(dtype):
+    """A long scan read from the end (PyTorch's reverse=True)."""
     from torch._higher_order_ops import associative_scan
 
     def recurrence(a, b):
@@ -138,16 +144,44 @@ def test_linear_recurrence_reverse_long():
 
     gen = torch.Generator().manual_seed(1)
     length, width = 200_001, 5
-    a = (0.5 + 0.5 * torch.rand(length, width, generator=gen, dtype=torch.float64)).cuda()
-    b = torch.randn(length, width, generator=gen, dtype=torch.float64).cuda()
+    a = (0.5 + 0.5 * torch.rand(length, width, generator=gen, dtype=torch.float64))
+    b = torch.randn(length, width, generator=gen, dtype=torch.float64)
     torch._dynamo.reset()
-    got = torch.compile(recurrence, backend="tidal", fullgraph=True, options=STRICT)(a, b)
-    a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
+    got = torch.compile(recurrence, backend="tidal", fullgraph=True, options=STRICT)(a.to("cuda", dtype), b.to("cuda", dtype))
+    a_np, b_np = a.numpy(), b.numpy()
     ref, h = b_np.copy(), b_np[-1]
     for t in range(length - 2, -1, -1):
         h = a_np[t] * h + b_np[t]
         ref[t] = h
-    torch.testing.assert_close(got.cpu(), torch.from_numpy(ref))
+    torch.testing.assert_close(got.cpu().double(), torch.from_numpy(ref), **_SCAN_TOLERANCES[dtype])
+
+
+def test_one_pass_scans_stay_right_across_launches_and_replays():
+    """The look-back kernel's status words are never cleared: each launch's flags carry its epoch
+    (the ticket's quotient). 30 calls over new values in the same buffers (CUDA graph replays after
+    the second), an f32 recurrence and an int32 running maximum, each checked; long enough for
+    hundreds of tiles, so predecessors really are still running when a tile looks back."""
+    from torch._higher_order_ops import associative_scan
+
+    def scans(a, b, k):
+        h = associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a, b), dim=0, combine_mode="generic")[1]
+        return h, associative_scan(lambda l, r: torch.maximum(l, r), k, dim=0, combine_mode="generic")
+
+    torch._dynamo.reset()
+    f = torch.compile(scans, backend="tidal", fullgraph=True, options=STRICT)
+    gen = torch.Generator().manual_seed(2)
+    length, width = 1 << 20, 16
+    a, b = torch.empty(length, width, device="cuda"), torch.empty(length, width, device="cuda")
+    k = torch.empty(length, 7, dtype=torch.int32, device="cuda")
+    for call in range(30):
+        a.copy_(0.9 + 0.1 * torch.rand(length, width, generator=gen))
+        b.copy_(torch.randn(length, width, generator=gen))
+        k.copy_(torch.randint(-2**30, 2**30, (length, 7), generator=gen, dtype=torch.int32))
+        with torch.no_grad():
+            h, running_max = f(a, b, k)
+        torch.testing.assert_close(running_max, torch.cummax(k, 0).values)
+        torch.testing.assert_close(h, associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a.double(), b.double()),
+                                                       dim=0, combine_mode="pointwise")[1].float(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
