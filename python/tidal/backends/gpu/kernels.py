@@ -579,18 +579,81 @@ def _combine_scalars(b: KernelBuilder, op, lhs: list[str], rhs: list[str], shape
     raise AssertionError(f"combine of {k} operands without tidal.yield")
 
 
+class _RowsScan:
+    """Emits the inclusive scan along dim 0 of rows [begin, end) (in scan order) of k [T, C]
+    contiguous tensors, for the `block_c` columns `cols`, in tiles of `block_t` rows: `tt.scan`
+    within a tile, the carry of the rows before combined in (lhs: the earlier prefix). `reverse`
+    reads rows from the end, so the scan inside a tile runs forward and padding rows come last."""
+
+    def __init__(self, b: KernelBuilder, op, elems: list[str], xs: list[str], block_t: int, block_c: int,
+                 cols: str, length: str, width: str, reverse: bool):
+        self.b, self.op, self.elems, self.xs = b, op, elems, xs
+        self.block_t, self.block_c, self.cols, self.length, self.width, self.reverse = block_t, block_c, cols, length, width, reverse
+        self.tile = tile = (block_t, block_c)
+        self.t_i32 = t_i32 = tensor_type(tile, "i32")
+        self.cols_t = _broadcast_vector(b, cols, "i32", tile, axis=0)
+        rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
+        self.rows_t = _broadcast_vector(b, rows1, "i32", tile, axis=1)
+        self.col_ok = b.op(f"arith.cmpi slt, {self.cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
+        self.last_row = b.op(f"arith.cmpi eq, {self.rows_t}, {b.const(block_t - 1, 'i32', tile)} : {t_i32}")
+        self.addr = _Addressing(b, tile)
+
+    def _tile(self, start: str, end: str, ys: list, carry: list[str] | None, carry_valid: str | None) -> list[str]:
+        """Scan rows [start, start + block_t), store them; returns the last row. `carry` is
+        combined in where `carry_valid` (an i1; always when None)."""
+        b, tile, t_i32, elems = self.b, self.tile, self.t_i32, self.elems
+        s = b.binary("arith.addi", b.splat(start, "i32", tile), self.rows_t, t_i32)  # position in scan order
+        t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", self.length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
+             if self.reverse else s)
+        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
+        mask = b.binary("arith.andi", in_range, self.col_ok, tensor_type(tile, "i1"))
+        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(self.width, "i32", tile), t_i32), self.cols_t, t_i32)
+        tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
+        values = _tt_scan(b, self.op, tiles, elems, tile)
+        if carry is not None:
+            spread = [_broadcast_vector(b, c, e, tile, axis=0) for c, e in zip(carry, elems)]
+            combined = _combine_scalars(b, self.op, spread, values, tile)
+            if carry_valid is None:
+                values = combined
+            else:  # a combine has no known identity to start the first rows from: pick instead
+                valid = b.splat(carry_valid, "i1", tile)
+                values = [b.op(f"arith.select {valid}, {c}, {v} : {tensor_type(tile, 'i1')}, {tensor_type(tile, e)}")
+                          for c, v, e in zip(combined, values, elems)]
+        for y, v, e in zip(ys, values, elems):
+            if y is not None:
+                self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
+        return _last_rows(b, values, elems, tile, self.last_row)
+
+    def run(self, begin: str, end: str, ys: list, carry: list[str] | None = None, carry_valid: str | None = None) -> list[str]:
+        """The rows' scan, stored to `ys` (None entries, or none: not stored); returns the last
+        row (meaningless when the rows end in padding: a partial last tile)."""
+        b, k = self.b, len(self.elems)
+        first = self._tile(begin, end, ys, carry, carry_valid)
+        carry_tys = [tensor_type((self.block_c,), e) for e in self.elems]
+        iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()
+        b.emit(
+            f"{results}:{k} = scf.for {iv} = {b.binary('arith.addi', begin, b.const(self.block_t, 'i32'), 'i32')} to {end} "
+            f"step {b.const(self.block_t, 'i32')} "
+            f"iter_args({', '.join(f'{i} = {c}' for i, c in zip(iters, first))}) -> ({', '.join(carry_tys)}) : i32 {{"
+        )
+        b.indent += 1
+        new = self._tile(iv, end, ys, iters, None)
+        b.emit(f"scf.yield {', '.join(new)} : {', '.join(carry_tys)}")
+        b.indent -= 1
+        b.emit("}")
+        return [f"{results}#{i}" for i in range(k)]
+
+
 def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = True, write_total: bool = False,
                 carry_in: bool = False, in_scan_order: bool = False, live: tuple[bool, ...] | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] contiguous tensors. Program (i, j) takes columns
     [i·BC, (i+1)·BC) of chunk j (rows [j·L, (j+1)·L) in scan order) and walks it in tiles of
-    `block_t` rows: `tt.scan` within a tile, the carry of the rows before combined in (lhs: the
-    earlier prefix). `carry_in` starts chunk j > 0 from row j-1 of `carries` (the scanned chunk
-    totals) and chunk 0 from nothing, so one launch re-scans every chunk; `write_total` stores
-    the chunk's last row into `totals` (L is a multiple of block_t, so only a partial last chunk
-    has a meaningless total, and nothing reads it).
-    `reverse` reads rows from the end, so the scan inside a tile runs forward and padding rows
-    come last. `in_scan_order`: the rows are already in scan order (chunk totals). `live[i]`: scan
-    output i is used (only those get a y pointer and are stored)."""
+    `block_t` rows (`_RowsScan`). `carry_in` starts chunk j > 0 from row j-1 of `carries` (the
+    scanned chunk totals) and chunk 0 from nothing, so one launch re-scans every chunk;
+    `write_total` stores the chunk's last row into `totals` (L is a multiple of block_t, so only a
+    partial last chunk has a meaningless total, and nothing reads it). `in_scan_order`: the rows
+    are already in scan order (chunk totals). `live[i]`: scan output i is used (only those get a
+    y pointer and are stored)."""
     k = ir.IntegerAttr(op.attributes["num_xs"]).value
     reverse = ir.BoolAttr(op.attributes["reverse"]).value and not in_scan_order
     elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
@@ -601,22 +664,14 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
     totals = [b.pointer_arg(f"total{i}", e) for i, e in enumerate(elems)] if write_total else []
     carries = [b.pointer_arg(f"carry{i}", e) for i, e in enumerate(elems)] if carry_in else []
     length, width, chunk_rows = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("L")
-    tile, row, col = (block_t, block_c), (block_t, 1), (1, block_c)
-    t_i32, c_i32 = tensor_type(tile, "i32"), tensor_type((block_c,), "i32")
+    c_i32 = tensor_type((block_c,), "i32")
     pid = b.op("tt.get_program_id x : i32")
     chunk_id = b.op("tt.get_program_id y : i32")
     c0 = b.binary("arith.muli", pid, b.const(block_c, "i32"), "i32")
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
-    cols2 = b.op(f"tt.expand_dims {cols} {{axis = 0 : i32}} : {c_i32} -> {tensor_type(col, 'i32')}")
-    cols_t = b.op(f"tt.broadcast {cols2} : {tensor_type(col, 'i32')} -> {t_i32}")
-    rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
-    rows2 = b.op(f"tt.expand_dims {rows1} {{axis = 1 : i32}} : {tensor_type((block_t,), 'i32')} -> {tensor_type(row, 'i32')}")
-    rows_t = b.op(f"tt.broadcast {rows2} : {tensor_type(row, 'i32')} -> {t_i32}")
-    col_ok = b.op(f"arith.cmpi slt, {cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
-    last_row = b.op(f"arith.cmpi eq, {rows_t}, {b.const(block_t - 1, 'i32', tile)} : {t_i32}")
+    scan = _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
     begin = b.binary("arith.muli", chunk_id, chunk_rows, "i32")
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, chunk_rows, 'i32')}, {length} : i32")
-    addr = _Addressing(b, tile)
     row_addr = _Addressing(b, (block_c,))
     col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
 
@@ -624,91 +679,32 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = Tr
         off = b.binary("arith.addi", b.splat(b.binary("arith.muli", row_index, width, "i32"), "i32", (block_c,)), cols, c_i32)
         return row_addr.pointers(ptr, elem, off)
 
-    def chunk(start: str, carry: list[str] | None, carry_valid: str | None = None) -> list[str]:
-        """Scan rows [start, start + block_t) (in scan order), store them; returns the last row.
-        `carry` is combined in where `carry_valid` (an i1; always when None)."""
-        s = b.binary("arith.addi", b.splat(start, "i32", tile), rows_t, t_i32)  # position in scan order
-        t = b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32) if reverse else s
-        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
-        mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile, "i1"))
-        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
-        tiles = [addr.load(addr.pointers(x, e, off), e, mask) for x, e in zip(xs, elems)]
-        values = _tt_scan(b, op, tiles, elems, tile)
-        if carry is not None:
-            spread = []
-            for c, e in zip(carry, elems):
-                c2 = b.op(f"tt.expand_dims {c} {{axis = 0 : i32}} : {tensor_type((block_c,), e)} -> {tensor_type(col, e)}")
-                spread.append(b.op(f"tt.broadcast {c2} : {tensor_type(col, e)} -> {tensor_type(tile, e)}"))
-            combined = _combine_scalars(b, op, spread, values, tile)
-            if carry_valid is None:
-                values = combined
-            else:  # a combine has no known identity to start chunk 0 from: pick instead
-                valid = b.splat(carry_valid, "i1", tile)
-                values = [b.op(f"arith.select {valid}, {c}, {v} : {tensor_type(tile, 'i1')}, {tensor_type(tile, e)}")
-                          for c, v, e in zip(combined, values, elems)]
-        for y, v, e in zip(ys, values, elems):  # (none when only the chunk's total is wanted)
-            if y is not None:
-                addr.store(addr.pointers(y, e, off), v, e, mask)
-        return _last_rows(b, values, elems, tile, last_row)
-
     incoming, has_carry = None, None
     if carry_in:
         has_carry = b.op(f"arith.cmpi sgt, {chunk_id}, {b.const(0, 'i32')} : i32")
         previous = b.op(f"arith.maxsi {b.binary('arith.subi', chunk_id, b.const(1, 'i32'), 'i32')}, {b.const(0, 'i32')} : i32")
         load_mask = b.binary("arith.andi", col_mask, b.splat(has_carry, "i1", (block_c,)), tensor_type((block_c,), "i1"))
         incoming = [row_addr.load(row_pointers(c, e, previous), e, load_mask) for c, e in zip(carries, elems)]
-    carry = chunk(begin, incoming, has_carry)
-    # the tiles after the first: scf.for over their starts, the carry in iter_args
-    carry_tys = [tensor_type((block_c,), e) for e in elems]
-    iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()
-    b.emit(
-        f"{results}:{k} = scf.for {iv} = {b.binary('arith.addi', begin, b.const(block_t, 'i32'), 'i32')} to {end} "
-        f"step {b.const(block_t, 'i32')} "
-        f"iter_args({', '.join(f'{i} = {c}' for i, c in zip(iters, carry))}) -> ({', '.join(carry_tys)}) : i32 {{"
-    )
-    b.indent += 1
-    new = chunk(iv, iters)
-    b.emit(f"scf.yield {', '.join(new)} : {', '.join(carry_tys)}")
-    b.indent -= 1
-    b.emit("}")
-    for total, e, i in zip(totals, elems, range(k)):
-        row_addr.store(row_pointers(total, e, chunk_id), f"{results}#{i}", e, col_mask)
+    last = scan.run(begin, end, ys, incoming, has_carry)
+    for total, e, v in zip(totals, elems, last):
+        row_addr.store(row_pointers(total, e, chunk_id), v, e, col_mask)
     return b.text()
 
 
-# -- associative_scan in one pass: decoupled look-back ----------------------------------------------
-
-LOOKBACK_ELEMS = ("f32", "i32")  # a value and its status flag share one 64-bit word
-
-
-def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tuple[int, ...],
-             flags: str | None = None) -> list[str]:
-    """`tt.scan` along axis 0 with `op`'s combine. `flags` (i32, nonzero where the element takes
-    part): elements without are skipped (the combine has no known identity to stand in for them);
-    returns the scanned values, then the scanned flags."""
+def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tuple[int, ...]) -> list[str]:
+    """`tt.scan` along axis 0 with `op`'s combine."""
     k = len(tiles)
-    operands, types = list(tiles), list(elems)
-    if flags is not None:
-        operands.append(flags)
-        types.append("i32")
-    tys = [tensor_type(shape, e) for e in types]
+    tys = [tensor_type(shape, e) for e in elems]
     scanned = b.fresh()
-    lhs, rhs = [b.fresh() for _ in types], [b.fresh() for _ in types]
-    b.emit(f'{scanned}:{len(types)} = "tt.scan"({", ".join(operands)}) <{{axis = 0 : i32, reverse = false}}> ({{')
-    b.emit(f"^bb0({', '.join(f'{v}: {e}' for v, e in zip([*lhs, *rhs], [*types, *types]))}):")
+    lhs, rhs = [b.fresh() for _ in elems], [b.fresh() for _ in elems]
+    b.emit(f'{scanned}:{k} = "tt.scan"({", ".join(tiles)}) <{{axis = 0 : i32, reverse = false}}> ({{')
+    b.emit(f"^bb0({', '.join(f'{v}: {e}' for v, e in zip([*lhs, *rhs], [*elems, *elems]))}):")
     b.indent += 1
-    out = _combine_scalars(b, op, lhs[:k], rhs[:k], ())
-    if flags is not None:
-        zero = b.const(0, "i32")
-        left_in = b.op(f"arith.cmpi ne, {lhs[k]}, {zero} : i32")
-        right_in = b.op(f"arith.cmpi ne, {rhs[k]}, {zero} : i32")
-        out = [b.op(f"arith.select {left_in}, {b.op(f'arith.select {right_in}, {c}, {l} : i1, {e}')}, {r} : i1, {e}")
-               for c, l, r, e in zip(out, lhs[:k], rhs[:k], elems)]
-        out.append(b.binary("arith.ori", lhs[k], rhs[k], "i32"))
-    b.emit(f"tt.scan.return {', '.join(out)} : {', '.join(types)}")
+    out = _combine_scalars(b, op, lhs, rhs, ())
+    b.emit(f"tt.scan.return {', '.join(out)} : {', '.join(elems)}")
     b.indent -= 1
     b.emit(f"}}) : ({', '.join(tys)}) -> ({', '.join(tys)})")
-    return [f"{scanned}#{i}" for i in range(len(types))]
+    return [f"{scanned}#{i}" for i in range(k)]
 
 
 def _last_rows(b: KernelBuilder, values: list[str], elems: list[str], shape: tuple[int, int], last_row: str) -> list[str]:
@@ -719,184 +715,6 @@ def _last_rows(b: KernelBuilder, values: list[str], elems: list[str], shape: tup
         picked = b.op(f"arith.select {last_row}, {v}, {zero} : {tensor_type(shape, 'i1')}, {tensor_type(shape, e)}")
         rows.append(_fold_rows(b, picked, shape, 0, "arith.addf" if e.startswith(("f", "bf")) else "arith.addi", e))
     return rows
-
-
-def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int, width: int,
-                         live: tuple[bool, ...] | None = None) -> Kernel:
-    """Inclusive scan along dim 0 of k [T, width] contiguous tensors (width ≤ block_c, 32-bit
-    elements; the width is a constant of the kernel, so rows are known contiguous: vector loads)
-    in ONE pass (Merrill and Garland's decoupled look-back): each program takes the next tile of
-    `block_t` rows by an atomic ticket (tiles start in order, so a tile waits only on tiles that
-    already run), scans it with `tt.scan`, publishes its aggregate, folds its predecessors'
-    published values `window` tiles at a time back to the nearest inclusive prefix, publishes its
-    own inclusive prefix and writes its rows from the prefix before it.
-
-    A published value and its flag are ONE 64-bit word (flag in the high half): a reader that sees
-    the flag sees the value, with no ordering between separate loads and stores to get right. The
-    ticket is never reset: ticket // tiles numbers the launch (the epoch), and the flags a launch
-    writes (4·epoch + 1 for an aggregate, + 2 for an inclusive prefix) never match an earlier
-    launch's, so the status words need no clearing between launches (nor between CUDA graph
-    replays). Reading a scan in reverse maps positions as `scan_kernel` does; `live` as there."""
-    k = ir.IntegerAttr(op.attributes["num_xs"]).value
-    reverse = ir.BoolAttr(op.attributes["reverse"]).value
-    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
-    assert all(e in LOOKBACK_ELEMS for e in elems), elems
-    b = KernelBuilder(name)
-    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
-    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live or (True,) * k))]
-    status = [b.pointer_arg(f"status{i}", "i64") for i in range(k)]
-    ticket_ptr = b.pointer_arg("ticket", "i64")
-    length, n_tiles = b.scalar_arg("T"), b.scalar_arg("tiles")
-    width = b.const(width, "i32")
-    tile_shape, win_shape = (block_t, block_c), (window, block_c)
-    t_i32, vec = tensor_type(tile_shape, "i32"), (block_c,)
-    c_i32 = tensor_type(vec, "i32")
-
-    one64 = b.const(1, "i64")
-    ticket = b.op(f"tt.atomic_rmw add, acq_rel, gpu, {ticket_ptr}, {one64}, {b.op('arith.constant true')} : (!tt.ptr<i64>, i64, i1) -> i64")
-    tiles64 = b.op(f"arith.extsi {n_tiles} : i32 to i64")
-    tile = b.op(f"arith.trunci {b.binary('arith.remsi', ticket, tiles64, 'i64')} : i64 to i32")
-    epoch = b.op(f"arith.trunci {b.binary('arith.addi', b.binary('arith.divsi', ticket, tiles64, 'i64'), one64, 'i64')} : i64 to i32")
-    base = b.binary("arith.muli", epoch, b.const(4, "i32"), "i32")
-    aggregate_flag = b.binary("arith.addi", base, b.const(1, "i32"), "i32")
-    inclusive_flag = b.binary("arith.addi", base, b.const(2, "i32"), "i32")
-
-    cols = b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}")
-    cols_t = _broadcast_vector(b, cols, "i32", tile_shape, axis=0)
-    rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
-    rows_t = _broadcast_vector(b, rows1, "i32", tile_shape, axis=1)
-    start = b.binary("arith.muli", tile, b.const(block_t, "i32"), "i32")
-    s = b.binary("arith.addi", b.splat(start, "i32", tile_shape), rows_t, t_i32)  # position in scan order
-    t = b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile_shape), s, t_i32) if reverse else s
-    in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(length, 'i32', tile_shape)} : {t_i32}")
-    col_ok = b.op(f"arith.cmpi slt, {cols_t}, {b.splat(width, 'i32', tile_shape)} : {t_i32}")
-    mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile_shape, "i1"))
-    off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(width, "i32", tile_shape), t_i32), cols_t, t_i32)
-    addr = _Addressing(b, tile_shape)
-    tiles = [addr.load(addr.pointers(x, e, off), e, mask) for x, e in zip(xs, elems)]
-    scanned = _tt_scan(b, op, tiles, elems, tile_shape)
-    last_row = b.op(f"arith.cmpi eq, {rows_t}, {b.const(block_t - 1, 'i32', tile_shape)} : {t_i32}")
-    aggregate = _last_rows(b, scanned, elems, tile_shape, last_row)
-
-    vec_addr = _Addressing(b, vec)
-    status_off = b.binary("arith.addi", b.splat(b.binary("arith.muli", tile, b.const(block_c, "i32"), "i32"), "i32", vec), cols, c_i32)
-    all_cols = b.const("true", "i1", vec)
-
-    def publish(flag: str, values: list[str]) -> None:
-        high = b.splat(b.binary("arith.shli", b.op(f"arith.extui {flag} : i32 to i64"), b.const(32, "i64"), "i64"), "i64", vec)
-        for st, v, e in zip(status, values, elems):
-            bits = b.op(f"tt.bitcast {v} : {tensor_type(vec, e)} -> {c_i32}") if e != "i32" else v
-            word = b.binary("arith.ori", high, b.op(f"arith.extui {bits} : {c_i32} to {tensor_type(vec, 'i64')}"), tensor_type(vec, "i64"))
-            vec_addr.store(vec_addr.pointers(st, "i64", status_off), word, "i64", all_cols)
-
-    first = b.op(f"arith.cmpi eq, {tile}, {b.const(0, 'i32')} : i32")
-    publish(b.op(f"arith.select {first}, {inclusive_flag}, {aggregate_flag} : i32"), aggregate)
-
-    # look back, `window` predecessors at a time, to the nearest inclusive prefix
-    w_i32 = tensor_type((window,), "i32")
-    wr = b.op(f"tt.make_range {{end = {window} : i32, start = 0 : i32}} : {w_i32}")
-    win_addr = _Addressing(b, win_shape)
-    win_cols = _broadcast_vector(b, cols, "i32", win_shape, axis=0)
-    n_windows = b.binary("arith.divsi", b.binary("arith.addi", tile, b.const(window - 1, "i32"), "i32"), b.const(window, "i32"), "i32")
-    vec_tys = [tensor_type(vec, e) for e in elems]
-    prefix0 = [b.const("0.000000e+00" if e == "f32" else 0, e, vec) for e in elems]
-    it, carried, found, done = b.fresh(), [b.fresh() for _ in elems], b.fresh(), b.fresh()
-    looked = b.fresh()
-    b.emit(f"{looked}:{k + 2} = scf.for {it} = {b.const(0, 'i32')} to {n_windows} step {b.const(1, 'i32')} "
-           f"iter_args({', '.join(f'{c} = {p}' for c, p in zip(carried, prefix0))}, {found} = {b.op('arith.constant false')}, "
-           f"{done} = {first}) -> ({', '.join(vec_tys)}, i1, i1) : i32 {{")
-    b.indent += 1
-    branch = b.fresh()
-    b.emit(f"{branch}:{k + 2} = scf.if {done} -> ({', '.join(vec_tys)}, i1, i1) {{")
-    b.indent += 1
-    b.emit(f"scf.yield {', '.join(carried)}, {found}, {done} : {', '.join(vec_tys)}, i1, i1")
-    b.indent -= 1
-    b.emit("} else {")
-    b.indent += 1
-    hi = b.binary("arith.subi", b.binary("arith.subi", tile, b.const(1, "i32"), "i32"), b.binary("arith.muli", it, b.const(window, "i32"), "i32"), "i32")
-    idx = b.binary("arith.addi", b.splat(b.binary("arith.subi", hi, b.const(window - 1, "i32"), "i32"), "i32", (window,)), wr, w_i32)
-    valid = b.op(f"arith.cmpi sge, {idx}, {b.const(0, 'i32', (window,))} : {w_i32}")
-    idx_t = _broadcast_vector(b, idx, "i32", win_shape, axis=1)
-    words_off = b.binary("arith.addi", b.binary("arith.muli", idx_t, b.const(block_c, "i32", win_shape), tensor_type(win_shape, "i32")),
-                         win_cols, tensor_type(win_shape, "i32"))
-    valid_t = _broadcast_vector(b, valid, "i1", win_shape, axis=1)
-    w_i64 = tensor_type(win_shape, "i64")
-    wi32 = tensor_type(win_shape, "i32")
-
-    def read_window():
-        """The window's words, which rows hold an inclusive prefix, and the last such row (-1: none)."""
-        words = [b.op(f"tt.load {win_addr.pointers(st, 'i64', words_off)}, {valid_t}, {b.const(0, 'i64', win_shape)} "
-                      f"{{isVolatile = true}} : {tensor_type(win_shape, '!tt.ptr<i64>')}") for st in status]
-        flags = [b.op(f"arith.trunci {b.binary('arith.shrui', w, b.const(32, 'i64', win_shape), w_i64)} : {w_i64} to {wi32}") for w in words]
-        inc, ok = None, None
-        for f in flags:
-            is_inc = b.op(f"arith.cmpi eq, {f}, {b.splat(inclusive_flag, 'i32', win_shape)} : {wi32}")
-            is_ok = b.binary("arith.ori", is_inc, b.op(f"arith.cmpi eq, {f}, {b.splat(aggregate_flag, 'i32', win_shape)} : {wi32}"),
-                             tensor_type(win_shape, "i1"))
-            inc = is_inc if inc is None else b.binary("arith.andi", inc, is_inc, tensor_type(win_shape, "i1"))
-            ok = is_ok if ok is None else b.binary("arith.andi", ok, is_ok, tensor_type(win_shape, "i1"))
-        as_i32 = lambda v: b.op(f"arith.extui {v} : {tensor_type(win_shape, 'i1')} to {wi32}")  # noqa: E731
-        inc_row = b.op(f"arith.cmpi sgt, {_fold_rows(b, as_i32(inc), win_shape, 1, 'arith.minsi', 'i32')}, {b.const(0, 'i32', (window,))} : {w_i32}")
-        ok_row = b.op(f"arith.cmpi sgt, {_fold_rows(b, as_i32(ok), win_shape, 1, 'arith.minsi', 'i32')}, {b.const(0, 'i32', (window,))} : {w_i32}")
-        candidates = b.op(f"arith.select {b.binary('arith.andi', inc_row, valid, tensor_type((window,), 'i1'))}, {wr}, "
-                          f"{b.const(-1, 'i32', (window,))} : {tensor_type((window,), 'i1')}, {w_i32}")
-        nearest = _fold_rows(b, candidates, (window,), 0, "arith.maxsi", "i32")
-        return words, ok_row, nearest
-
-    # spin until every predecessor after the nearest inclusive one has published (only an i1 is
-    # carried: the values are read again below, from words at least as far along)
-    ready = b.fresh()
-    b.emit(f"scf.while ({ready} = {b.op('arith.constant false')}) : (i1) -> () {{")
-    b.indent += 1
-    b.emit(f"scf.condition({b.binary('arith.xori', ready, b.op('arith.constant true'), 'i1')})")
-    b.indent -= 1
-    b.emit("} do {")
-    b.indent += 1
-    _, ok_row, nearest = read_window()
-    after = b.op(f"arith.cmpi sgt, {wr}, {b.splat(nearest, 'i32', (window,))} : {w_i32}")
-    missing = b.binary("arith.andi", b.binary("arith.andi", valid, after, tensor_type((window,), "i1")),
-                       b.binary("arith.xori", ok_row, b.const("true", "i1", (window,)), tensor_type((window,), "i1")), tensor_type((window,), "i1"))
-    n_missing = _fold_rows(b, b.op(f"arith.extui {missing} : {tensor_type((window,), 'i1')} to {w_i32}"), (window,), 0, "arith.addi", "i32")
-    all_there = b.op(f"arith.cmpi eq, {n_missing}, {b.const(0, 'i32')} : i32")
-    b.emit(f"scf.yield {all_there} : i1")
-    b.indent -= 1
-    b.emit("}")
-    words, _, nearest = read_window()
-    use = b.binary("arith.andi", valid, b.op(f"arith.cmpi sge, {wr}, {b.splat(nearest, 'i32', (window,))} : {w_i32}"), tensor_type((window,), "i1"))
-    use_t = b.op(f"arith.extui {_broadcast_vector(b, use, 'i1', win_shape, axis=1)} : {tensor_type(win_shape, 'i1')} to {wi32}")
-    values = []
-    for w, e in zip(words, elems):
-        bits = b.op(f"arith.trunci {w} : {w_i64} to {wi32}")
-        values.append(b.op(f"tt.bitcast {bits} : {wi32} -> {tensor_type(win_shape, e)}") if e != "i32" else bits)
-    folded = _tt_scan(b, op, values, elems, win_shape, flags=use_t)
-    win_last = b.op(f"arith.cmpi eq, {_broadcast_vector(b, wr, 'i32', win_shape, axis=1)}, {b.const(window - 1, 'i32', win_shape)} : {wi32}")
-    span = _last_rows(b, folded[:k], elems, win_shape, win_last)  # predecessors nearest..hi, in scan order
-    combined = _combine_scalars(b, op, span, carried, vec)  # they come before what was folded so far
-    prefix = [b.op(f"arith.select {found}, {c}, {v} : i1, {ty}") for c, v, ty in zip(combined, span, vec_tys)]
-    now_done = b.op(f"arith.cmpi sge, {nearest}, {b.const(0, 'i32')} : i32")
-    b.emit(f"scf.yield {', '.join(prefix)}, {b.op('arith.constant true')}, {now_done} : {', '.join(vec_tys)}, i1, i1")
-    b.indent -= 1
-    b.emit("}")
-    b.emit(f"scf.yield {', '.join(f'{branch}#{i}' for i in range(k + 2))} : {', '.join(vec_tys)}, i1, i1")
-    b.indent -= 1
-    b.emit("}")
-    prefix, has_prefix = [f"{looked}#{i}" for i in range(k)], f"{looked}#{k}"
-
-    # publish the inclusive prefix, then write the rows from the prefix before them
-    b.emit(f"scf.if {has_prefix} {{")
-    b.indent += 1
-    publish(inclusive_flag, _combine_scalars(b, op, prefix, aggregate, vec))
-    b.indent -= 1
-    b.emit("}")
-    spread = [_broadcast_vector(b, p, e, tile_shape, axis=0) for p, e in zip(prefix, elems)]
-    combined = _combine_scalars(b, op, spread, scanned, tile_shape)
-    has = b.splat(has_prefix, "i1", tile_shape)
-    outs = [b.op(f"arith.select {has}, {c}, {v} : {tensor_type(tile_shape, 'i1')}, {tensor_type(tile_shape, e)}")
-            for c, v, e in zip(combined, scanned, elems)]
-    for y, v, e in zip(ys, outs, elems):
-        if y is not None:
-            addr.store(addr.pointers(y, e, off), v, e, mask)
-    return b.text()
 
 
 # -- a whole tidal.while in one kernel -------------------------------------------------------------------

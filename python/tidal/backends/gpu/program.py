@@ -779,21 +779,15 @@ class GpuProgram:
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
 
-        def make(variant, block_t, block_c, width=None):
-            if variant == "lookback":
-                kernel = K.lookback_scan_kernel(op, f"{name}_{variant}_{width}", block_t, block_c, LOOKBACK_WINDOW, width, live)
-                kernel.num_warps = LOOKBACK_WARPS
-                return kernel
+        def make(variant, block_t, block_c):
             # the scanned chunk totals feed the re-scan: every component of them is stored
             return K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, live=None if variant == "scan_totals" else live,
                                  **SCAN_VARIANTS[variant])
 
         variants = _Variants(self, make)
-        one_pass = all(element_type(_tensor_type(v).element_type) in K.LOOKBACK_ELEMS for v in xs_values)
-        lookback_state: dict = {}  # (device, tiles, block_c) -> (status words per x, ticket): never cleared
 
-        def launch(variant: str, block_t: int, block_c: int, grid, *args, width=None):
-            variants.compiled((variant, block_t, block_c) + ((width,) if width is not None else ()))[grid](*args)
+        def launch(variant: str, block_t: int, block_c: int, grid, *args):
+            variants.compiled((variant, block_t, block_c))[grid](*args)
 
         shape = list(_tensor_type(xs_values[0]).shape)
         if _DYNAMIC not in shape:  # build the kernel now: --emit shows it
@@ -815,16 +809,6 @@ class GpuProgram:
                 chunks = _cdiv(length, chunk)
                 if chunks == 1:
                     launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *stored, length, width, chunk)
-                elif one_pass and width <= LOOKBACK_WIDTH and _cdiv(length, max(LOOKBACK_TILE // _next_pow2(width), 16)) <= LOOKBACK_MAX_TILES:
-                    lb_c = _next_pow2(width)
-                    lb_t = max(LOOKBACK_TILE // lb_c, 16)
-                    tiles = _cdiv(length, lb_t)
-                    state = lookback_state.get((rows[0].device, tiles, lb_c))
-                    if state is None:
-                        state = lookback_state[(rows[0].device, tiles, lb_c)] = (
-                            [torch.zeros(tiles * lb_c, dtype=torch.int64, device=rows[0].device) for _ in rows],
-                            torch.zeros(1, dtype=torch.int64, device=rows[0].device))
-                    launch("lookback", lb_t, lb_c, (tiles, 1, 1), *rows, *stored, *state[0], state[1], length, tiles, width=width)
                 else:
                     totals = [torch.empty(chunks, width, dtype=r.dtype, device=r.device) for r in rows]
                     launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk)
@@ -895,12 +879,6 @@ def _scalar_literal(text: str):
 
 
 _PROGRAMS = 4 * 132  # programs that fill an H100/H200 (132 SMs) a few times over
-# the one-pass (decoupled look-back) scan: elements per tile, predecessors read at once, warps;
-# scans at most this wide (one tile spans every column) and at most this many tiles long. H100,
-# [T, 16] f32, back to back: T = 1M 140 us against reduce-then-scan's 155; T = 4M 570 against 539
-# (its chain of tiles costs more than the second read saves); 1024x16 tiles with 8 warps beat
-# 256-2048 rows and 4 warps, a window of 16 was slower than 32
-LOOKBACK_TILE, LOOKBACK_WINDOW, LOOKBACK_WARPS, LOOKBACK_WIDTH, LOOKBACK_MAX_TILES = 16384, 32, 8, 64, 2048
 # Split reductions: programs, elements of a row per tile, elements per tile, warps. Measured on the
 # H100, a full reduction of 4096x4096 f32 (cond_clamp's predicate; 64 MB): 528 programs of
 # 1024/2048 with 4 warps 44.8 us, 1056 programs of 2048/2048 with 8 warps 31.6 us (2.1 TB/s);
