@@ -9,6 +9,9 @@
 // CHECK-DAG:   #[[B:.+]] = affine_map<(d0, d1, d2) -> (d2, d1)>
 // CHECK-DAG:   #[[B_T:.+]] = affine_map<(d0, d1, d2) -> (d1, d2)>
 // CHECK-DAG:   #[[C:.+]] = affine_map<(d0, d1, d2) -> (d0, d1)>
+// CHECK-DAG:   #[[BA:.+]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+// CHECK-DAG:   #[[BB_T:.+]] = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
+// CHECK-DAG:   #[[BC:.+]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 
 // CHECK-LABEL: func.func @transposed_lhs
 // CHECK-NOT:   linalg.transpose
@@ -152,4 +155,55 @@ func.func @variant_matrix_in_loop(%h0: tensor<4x8xf32>, %ws: tensor<16x8x8xf32>)
     scf.yield %m : tensor<4x8xf32>
   }
   return %r : tensor<4x8xf32>
+}
+
+// A batch of transposed matrices (q @ kᵀ in attention): the batch matmul reads each entry with 'T'.
+// CHECK-LABEL: func.func @batch_transposed_rhs
+// CHECK-NOT:   linalg.transpose
+// CHECK:       linalg.batch_matmul indexing_maps = [#[[BA]], #[[BB_T]], #[[BC]]] ins(%arg0, %arg1 : tensor<4x6x8xf32>, tensor<4x5x8xf32>)
+func.func @batch_transposed_rhs(%q: tensor<4x6x8xf32>, %k: tensor<4x5x8xf32>) -> tensor<4x6x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<4x8x5xf32>
+  %kt = linalg.transpose ins(%k : tensor<4x5x8xf32>) outs(%et : tensor<4x8x5xf32>) permutation = [0, 2, 1]
+  %e = tensor.empty() : tensor<4x6x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+  %m = linalg.batch_matmul ins(%q, %kt : tensor<4x6x8xf32>, tensor<4x8x5xf32>) outs(%z : tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+  return %m : tensor<4x6x5xf32>
+}
+
+// A batch transposed other than entry by entry is left as it is.
+// CHECK-LABEL: func.func @batch_dim_transposed
+// CHECK:       linalg.transpose
+// CHECK:       linalg.batch_matmul ins
+func.func @batch_dim_transposed(%q: tensor<4x6x8xf32>, %k: tensor<8x4x5xf32>) -> tensor<4x6x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<4x8x5xf32>
+  %kt = linalg.transpose ins(%k : tensor<8x4x5xf32>) outs(%et : tensor<4x8x5xf32>) permutation = [1, 0, 2]
+  %e = tensor.empty() : tensor<4x6x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+  %m = linalg.batch_matmul ins(%q, %kt : tensor<4x6x8xf32>, tensor<4x8x5xf32>) outs(%z : tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+  return %m : tensor<4x6x5xf32>
+}
+
+// A batch of matrices times one matrix repeated along the batch (a Linear on a 3-d input traced
+// as bmm by the expanded weight) is one matmul of the batch's rows: the repeat is never written.
+// CHECK-LABEL: func.func @batch_by_one_matrix
+// CHECK-SAME:  (%[[X:[a-z0-9]+]]: tensor<6x4x8xf32>, %[[W:[a-z0-9]+]]: tensor<8x5xf32>)
+// CHECK:       %[[ROWS:.+]] = tensor.collapse_shape %[[X]] {{\[\[}}0, 1], [2]] : tensor<6x4x8xf32> into tensor<24x8xf32>
+// CHECK:       %[[M:.+]] = linalg.matmul ins(%[[ROWS]], %[[W]] : tensor<24x8xf32>, tensor<8x5xf32>)
+// CHECK:       %[[OUT:.+]] = tensor.expand_shape %[[M]] {{\[\[}}0, 1], [2]] output_shape [6, 4, 5] : tensor<24x5xf32> into tensor<6x4x5xf32>
+// CHECK-NOT:   linalg.batch_matmul
+// CHECK:       return %[[OUT]]
+func.func @batch_by_one_matrix(%x: tensor<6x4x8xf32>, %w: tensor<8x5xf32>) -> tensor<6x4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %ew = tensor.empty() : tensor<6x8x5xf32>
+  %ws = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                        iterator_types = ["parallel", "parallel", "parallel"]} ins(%w : tensor<8x5xf32>) outs(%ew : tensor<6x8x5xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<6x8x5xf32>
+  %e = tensor.empty() : tensor<6x4x5xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<6x4x5xf32>) -> tensor<6x4x5xf32>
+  %m = linalg.batch_matmul ins(%x, %ws : tensor<6x4x8xf32>, tensor<6x8x5xf32>) outs(%z : tensor<6x4x5xf32>) -> tensor<6x4x5xf32>
+  return %m : tensor<6x4x5xf32>
 }

@@ -220,7 +220,7 @@ def test_matmuls_with_transposed_operands_and_accumulators(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_batched_matmuls_run_as_blas_calls(dtype, tmp_path):
     """bmm/batched matmul (an ATen call at the torch level) runs as one gemm per batch entry:
-    transposed and broadcast operands, a slice of a batch, a batch of one, inside a loop too;
+    transposed (read with BLAS's 'T') and broadcast operands, a slice of a batch, a batch of one, inside a loop too;
     shapes of different sizes so that swapped m/n/k cannot pass."""
 
     def batched(x, y, w, xs):
@@ -241,6 +241,8 @@ def test_batched_matmuls_run_as_blas_calls(dtype, tmp_path):
     (graph_dir,) = list(tmp_path.iterdir())
     llvm = (graph_dir / "03-llvm.mlir").read_text()
     assert "torch_call_dispatcher" not in llvm and ("dgemm_" if dtype == torch.float64 else "sgemm_") in llvm
+    # x @ yᵀ: BLAS reads each entry of y with 'T' (84) instead of a transposed copy of y
+    assert "llvm.mlir.constant(84 : i8)" in llvm
 
 
 def _dense_grid_with_edges(lo, hi, edges):

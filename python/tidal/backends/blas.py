@@ -82,17 +82,20 @@ def _transposes(op) -> tuple[bool, bool] | None:
     return _A_MAPS[maps[0]], _B_MAPS[maps[1]]
 
 
-_BATCH_MAPS = ["affine_map<(d0,d1,d2,d3)->(d0,d1,d3)>", "affine_map<(d0,d1,d2,d3)->(d0,d3,d2)>",
-               "affine_map<(d0,d1,d2,d3)->(d0,d1,d2)>"]
+_BATCH_A_MAPS = {"affine_map<(d0,d1,d2,d3)->(d0,d1,d3)>": False, "affine_map<(d0,d1,d2,d3)->(d0,d3,d1)>": True}
+_BATCH_B_MAPS = {"affine_map<(d0,d1,d2,d3)->(d0,d3,d2)>": False, "affine_map<(d0,d1,d2,d3)->(d0,d2,d3)>": True}
+_BATCH_C_MAP = "affine_map<(d0,d1,d2,d3)->(d0,d1,d2)>"
 
 
 def _batch_transposes(op) -> tuple[bool, bool] | None:
-    """A batch matmul BLAS takes: the default maps (batch dim first everywhere, nothing transposed)."""
-    if "indexing_maps" in op.attributes:
-        maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-        if maps != _BATCH_MAPS:
-            return None
-    return False, False
+    """Whether a batch matmul reads each batch entry of A and B transposed (the batch dim first
+    everywhere); None for maps BLAS cannot take."""
+    if "indexing_maps" not in op.attributes:
+        return False, False
+    maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if maps[0] not in _BATCH_A_MAPS or maps[1] not in _BATCH_B_MAPS or maps[2] != _BATCH_C_MAP:
+        return None
+    return _BATCH_A_MAPS[maps[0]], _BATCH_B_MAPS[maps[1]]
 
 
 def _inner_stride_is_one(t: ir.Type) -> bool:
@@ -194,7 +197,7 @@ def matmul_to_blas(module_op):
             flags = [arith.ConstantOp(i8, _TRANS if t else _NO_TRANS).result for t in transposed]
             beta = arith.ConstantOp(c.type.element_type, 0.0 if zero_fill is not None else 1.0).result
             if batched:
-                _batched_gemm(shim, flags, beta, a, b, c)
+                _batched_gemm(shim, flags, beta, a, b, c, transposed[0])
             else:
                 pa, lda, a_rows, a_cols = _matrix(a)
                 pb, ldb, b_rows, b_cols = _matrix(b)
@@ -231,10 +234,11 @@ def bmm_as_batch_matmul(call: ir.Operation) -> bool:
     return True
 
 
-def _batched_gemm(shim: str, flags, beta, a, b, c) -> None:
-    """One gemm per batch entry, in a loop: [B, M, K]·[B, K, N] → [B, M, N], each operand's
-    batch entry found from its strides (MKL's batched gemm is not in the Fortran API torch
-    exports; per-entry calls of these sizes run as fast per FLOP)."""
+def _batched_gemm(shim: str, flags, beta, a, b, c, a_transposed: bool) -> None:
+    """One gemm per batch entry, in a loop: [B, M, K]·[B, K, N] → [B, M, N] (an entry of A or B
+    may be stored transposed: `flags`), each operand's batch entry found from its strides (MKL's
+    batched gemm is not in the Fortran API torch exports; per-entry calls of these sizes run as
+    fast per FLOP)."""
     index = ir.IndexType.get()
     operands = (a, b, c)
     metadata = [memref.ExtractStridedMetadataOp(v) for v in operands]
@@ -244,7 +248,7 @@ def _batched_gemm(shim: str, flags, beta, a, b, c) -> None:
         i = loop.induction_variable
         pa, pb, pc = (_address(v, md, arith.MulIOp(i, md.strides[0]).result) for v, md in zip(operands, metadata))
         ma, mb, mc = metadata
-        m, k, n = mc.sizes[1], ma.sizes[2], mc.sizes[2]
+        m, k, n = mc.sizes[1], ma.sizes[1] if a_transposed else ma.sizes[2], mc.sizes[2]
         func.CallOp([], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa,
                     _as_i64(ma.strides[1]), pb, _as_i64(mb.strides[1]), beta, pc, _as_i64(mc.strides[1])])
         scf.YieldOp([])
@@ -322,10 +326,11 @@ def _is_zero_fill(v: ir.Value) -> bool:
     return fill is not None and _is_zero(fill.operands[0])
 
 
-def _untransposed(v: ir.Value) -> tuple[ir.Value, bool]:
-    """The matrix `v` transposes (and True), or `v` itself (and False)."""
+def _untransposed(v: ir.Value, batched: bool = False) -> tuple[ir.Value, bool]:
+    """The matrix (each batch entry of the batch of matrices) `v` transposes (and True), or `v`
+    itself (and False)."""
     t = _producer(v, "linalg.transpose")
-    if t is not None and list(ir.DenseI64ArrayAttr(t.attributes["permutation"])) == [1, 0]:
+    if t is not None and list(ir.DenseI64ArrayAttr(t.attributes["permutation"])) == ([0, 2, 1] if batched else [1, 0]):
         return t.operands[0], True
     return v, False
 
@@ -393,10 +398,62 @@ def _is_plain_add(op) -> bool:
     return {ops[0].operands[0], ops[0].operands[1]} == {args[0], args[1]} and ops[1].operands[0] == ops[0].result
 
 
-def _rebuild(at, a, b, c, transposed):
+def _broadcast_matrix(v: ir.Value) -> ir.Value | None:
+    """The matrix W when `v` is W repeated along a new leading dim (a linalg.generic that only
+    copies W[i, j] to every v[b, i, j]), else None."""
+    g = _producer(v, "linalg.generic")
+    if g is None or len(g.operands) != 2:
+        return None
+    maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    if maps != ["affine_map<(d0,d1,d2)->(d1,d2)>", "affine_map<(d0,d1,d2)->(d0,d1,d2)>"]:
+        return None
+    body = g.regions[0].blocks[0]
+    ops = list(body.operations)
+    if len(ops) != 1 or ops[0].operands[0] != body.arguments[0]:
+        return None
+    return g.operands[0]
+
+
+def _batch_by_one_matrix_as_matmul(op) -> None:
+    """`batch_matmul(a, W repeated B times)` (a Linear on a 3-d input, as torch's attention
+    in-projection traces: bmm by the expanded weight) becomes ONE matmul of a's [B·M, K] rows by
+    W, viewed back as [B, M, N]: no B copies of W written on every call (12 MiB in a
+    TransformerEncoderLayer) and one gemm of B·M rows instead of B gemms of M rows."""
+    if _batch_transposes(op) != (False, False) or not isinstance(op.results[0].type, ir.RankedTensorType):
+        return
+    a, b, c = op.operands
+    w = _broadcast_matrix(b)
+    types = [ir.RankedTensorType(v.type) for v in (a, c)]
+    if w is None or not all(t.has_static_shape for t in types):
+        return
+    (batch, m, k), (_, _, n) = types[0].shape, types[1].shape
+    elt = types[1].element_type
+    rows = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0),
+                                               ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)]),
+                             ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 2)])])
+    from torch_mlir.dialects import linalg
+
+    with ir.InsertionPoint(op), op.location:
+        flat_a = tensor.CollapseShapeOp(ir.RankedTensorType.get([batch * m, k], elt), a, rows).result
+        flat_c = tensor.CollapseShapeOp(ir.RankedTensorType.get([batch * m, n], elt), c, rows).result
+        product = linalg.matmul(flat_a, w, outs=[flat_c])
+        out = tensor.expand_shape(op.results[0].type, product, rows, [], [batch, m, n])
+    op.results[0].replace_all_uses_with(out)
+    op.erase()
+
+
+def _batch_maps(transpose_a: bool, transpose_b: bool) -> list:
+    d0, d1, d2, d3 = (ir.AffineDimExpr.get(i) for i in range(4))
+    exprs = [[d0, d3, d1] if transpose_a else [d0, d1, d3], [d0, d2, d3] if transpose_b else [d0, d3, d2], [d0, d1, d2]]
+    return [ir.AffineMap.get(4, 0, e) for e in exprs]
+
+
+def _rebuild(at, a, b, c, transposed, batched: bool = False):
     from torch_mlir.dialects import linalg
 
     with ir.InsertionPoint(at), at.location:
+        if batched:
+            return linalg.batch_matmul(a, b, outs=[c], indexing_maps=_batch_maps(*transposed))
         return linalg.matmul(a, b, outs=[c], indexing_maps=_maps(*transposed))
 
 
@@ -411,11 +468,15 @@ def fold_into_matmul(module_op):
     and no extra pass over the sum)."""
     from tidal.passes.registry import ops_named
 
-    for op in ops_named(module_op, ("linalg.matmul",)):
-        transposed = _transposes(op)
+    for op in ops_named(module_op, ("linalg.batch_matmul",)):
+        _batch_by_one_matrix_as_matmul(op)
+    for op in ops_named(module_op, ("linalg.matmul", "linalg.batch_matmul")):
+        batched = op.name == "linalg.batch_matmul"
+        transposed = _batch_transposes(op) if batched else _transposes(op)
         if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
             continue
-        (a, flip_a), (b, flip_b) = ((v, False) if _transposed_once(v, op) else _untransposed(v) for v in op.operands[:2])
+        (a, flip_a), (b, flip_b) = ((v, False) if not batched and _transposed_once(v, op) else _untransposed(v, batched)
+                                    for v in op.operands[:2])
         c = op.operands[2]
         ta, tb = transposed[0] != flip_a, transposed[1] != flip_b
         users = [u.owner for u in op.results[0].uses]
@@ -429,7 +490,7 @@ def fold_into_matmul(module_op):
             continue
         # the accumulator may be defined after the matmul, the operands always dominate the add
         replaced, init = accumulate if accumulate else (op, c)
-        new = _rebuild(replaced, a, b, init, (ta, tb))
+        new = _rebuild(replaced, a, b, init, (ta, tb), batched)
         replaced.results[0].replace_all_uses_with(new)
         if accumulate:
             replaced.erase()
