@@ -66,6 +66,25 @@ def test_corpus_gradients_match_eager(path):
         _check_gradients(model, inputs)
 
 
+def test_a_program_file_loaded_twice_is_two_modules():
+    """Each load of FILE.py is a module of its own. Dynamo guards a model's globals through its
+    module's name: when a second load replaced the first under that name, differentiating the
+    second model (its `scan` swapped for a Python loop in the eager reference) after the first had
+    been imported failed inside Dynamo ("object of type 'NoneType' has no len()", a guard on
+    `scan.__defaults__`)."""
+    from tidal.compiler import gpu_function
+    from tidal.importer import import_program
+
+    path = str(CORPUS / "nested_map_scan_cond.py")
+    first, first_inputs = load_program_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gpu_function(import_program(first, first_inputs))
+        torch._dynamo.reset()
+        model, inputs = load_program_file(path)
+        _check_gradients(model, inputs)
+
+
 # -- one program per rule, gradchecked in float64 ---------------------------------------------------
 
 

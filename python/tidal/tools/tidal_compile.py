@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import os
 import sys
 import warnings
@@ -22,10 +23,15 @@ def load_program_file(path: str):
     return module.model, inputs if isinstance(inputs, tuple) else (inputs,)
 
 
+_reloads = itertools.count(1)
+
+
 def load_program_module(path: str):
     """Import FILE.py as a real module (runpy breaks Dynamo for control-flow ops: FOUNDATION.md),
     checking that it defines `model` and `example_inputs`."""
     name = "tidal_user_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
+    if name in sys.modules:  # loaded before: a module of its own (Dynamo guards globals through the module's name)
+        name += f"_{next(_reloads)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise TidalError(f"cannot load '{path}' as a Python module", None)
