@@ -71,31 +71,21 @@ _B_MAPS = {"affine_map<(d0,d1,d2)->(d2,d1)>": False, "affine_map<(d0,d1,d2)->(d1
 _C_MAP = "affine_map<(d0,d1,d2)->(d0,d1)>"
 
 
-def _transposes(op) -> tuple[bool, bool] | None:
-    """Whether the matmul reads A and B transposed, from its indexing maps; None for maps BLAS
-    cannot take (broadcasts)."""
-    if "indexing_maps" not in op.attributes:
-        return False, False
-    maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if maps[0] not in _A_MAPS or maps[1] not in _B_MAPS or maps[2] != _C_MAP:
-        return None
-    return _A_MAPS[maps[0]], _B_MAPS[maps[1]]
-
-
 _BATCH_A_MAPS = {"affine_map<(d0,d1,d2,d3)->(d0,d1,d3)>": False, "affine_map<(d0,d1,d2,d3)->(d0,d3,d1)>": True}
 _BATCH_B_MAPS = {"affine_map<(d0,d1,d2,d3)->(d0,d3,d2)>": False, "affine_map<(d0,d1,d2,d3)->(d0,d2,d3)>": True}
 _BATCH_C_MAP = "affine_map<(d0,d1,d2,d3)->(d0,d1,d2)>"
 
 
-def _batch_transposes(op) -> tuple[bool, bool] | None:
-    """Whether a batch matmul reads each batch entry of A and B transposed (the batch dim first
-    everywhere); None for maps BLAS cannot take."""
+def _transposes(op, batched: bool = False) -> tuple[bool, bool] | None:
+    """Whether the matmul (each entry of the batch matmul, the batch dim first everywhere) reads
+    A and B transposed, from its indexing maps; None for maps BLAS cannot take (broadcasts)."""
     if "indexing_maps" not in op.attributes:
         return False, False
+    a_maps, b_maps, c_map = (_BATCH_A_MAPS, _BATCH_B_MAPS, _BATCH_C_MAP) if batched else (_A_MAPS, _B_MAPS, _C_MAP)
     maps = [str(m).replace(" ", "") for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if maps[0] not in _BATCH_A_MAPS or maps[1] not in _BATCH_B_MAPS or maps[2] != _BATCH_C_MAP:
+    if maps[0] not in a_maps or maps[1] not in b_maps or maps[2] != c_map:
         return None
-    return _BATCH_A_MAPS[maps[0]], _BATCH_B_MAPS[maps[1]]
+    return a_maps[maps[0]], b_maps[maps[1]]
 
 
 def _inner_stride_is_one(t: ir.Type) -> bool:
@@ -181,7 +171,7 @@ def matmul_to_blas(module_op):
     zero_fills = _zero_fills_before(matmuls)
     for op in matmuls:
         batched = op.name == "linalg.batch_matmul"
-        transposed = _batch_transposes(op) if batched else _transposes(op)
+        transposed = _transposes(op, batched)
         if transposed is None:
             continue  # broadcast variants keep their loops
         a, b, c = op.operands
@@ -419,7 +409,7 @@ def _batch_by_one_matrix_as_matmul(op) -> None:
     in-projection traces: bmm by the expanded weight) becomes ONE matmul of a's [B·M, K] rows by
     W, viewed back as [B, M, N]: no B copies of W written on every call (12 MiB in a
     TransformerEncoderLayer) and one gemm of B·M rows instead of B gemms of M rows."""
-    if _batch_transposes(op) != (False, False) or not isinstance(op.results[0].type, ir.RankedTensorType):
+    if _transposes(op, batched=True) != (False, False) or not isinstance(op.results[0].type, ir.RankedTensorType):
         return
     a, b, c = op.operands
     w = _broadcast_matrix(b)
@@ -472,7 +462,7 @@ def fold_into_matmul(module_op):
         _batch_by_one_matrix_as_matmul(op)
     for op in ops_named(module_op, ("linalg.matmul", "linalg.batch_matmul")):
         batched = op.name == "linalg.batch_matmul"
-        transposed = _batch_transposes(op) if batched else _transposes(op)
+        transposed = _transposes(op, batched)
         if transposed is None or not isinstance(op.results[0].type, ir.RankedTensorType):
             continue
         (a, flip_a), (b, flip_b) = ((v, False) if not batched and _transposed_once(v, op) else _untransposed(v, batched)
