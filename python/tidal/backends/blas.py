@@ -418,9 +418,8 @@ def _batch_by_one_matrix_as_matmul(op) -> None:
         return
     (batch, m, k), (_, _, n) = types[0].shape, types[1].shape
     elt = types[1].element_type
-    rows = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0),
-                                               ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)]),
-                             ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 2)])])
+    i64 = ir.IntegerType.get_signless(64)
+    rows = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in dims]) for dims in ((0, 1), (2,))])
     from torch_mlir.dialects import linalg
 
     with ir.InsertionPoint(op), op.location:

@@ -318,6 +318,7 @@ class GpuProgram:
         ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
         operands = [*ins, *outs]
         inits = [_folded_fill_literal(o) for o in outs]
+        dtypes = [_dtype(o) for o in outs]
         probe = K.GenericBody(op, "probe")
         parallel, reduction, dim_sources = probe.parallel, probe.reduction, probe.dim_sources()
         captured, captured_scalar = probe.captured, probe.captured_scalar
@@ -350,7 +351,6 @@ class GpuProgram:
             shapes = [t.shape for t in tensors] + [out_shape(env, o) for o in outs]
             sizes = [shapes[k][r] for k, r in dim_sources]
             rows, red = _prod(sizes[d] for d in parallel), _prod(sizes[d] for d in reduction)
-            dtypes = [_dtype(o) for o in outs]
             if red == 0 or rows == 0:
                 for r, o, lit, dtype in zip(results, outs, inits, dtypes):
                     init = env[o] if lit is None else torch.full(out_shape(env, o), env[o.owner.operands[0]], dtype=dtype, device="cuda")
