@@ -1,5 +1,6 @@
 // RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-fast-math, tidal-reassociate-reductions)' | filecheck %s
-// f32 tanh, exp and erf become arithmetic LLVM can vectorize (no libm call per element); f64 keeps
+// f32 tanh, exp and erf become arithmetic LLVM can vectorize (no libm call per element), their
+// polynomials multiply-adds LLVM may fuse (`contract`); f64 keeps
 // its math op. A reduction's adds may be reassociated (vector partial sums); elementwise ops not.
 
 #id = affine_map<(d0) -> (d0)>
@@ -10,6 +11,8 @@
 // CHECK-NOT:   math.erf
 // CHECK-NOT:   math.tanh
 // CHECK:       math.floor
+// CHECK:       arith.mulf %{{.+}}, %{{.+}} fastmath<contract> : f32
+// CHECK:       arith.addf %{{.+}}, %{{.+}} fastmath<contract> : f32
 // CHECK:       arith.fptosi
 // CHECK:       arith.bitcast
 // CHECK:       arith.cmpf uno
