@@ -60,19 +60,29 @@ func.func @while(%i: tensor<i64>, %x: tensor<3xf32>, %n: tensor<i64>) -> (tensor
 
 // -----
 
-// Reverse scan over dim 1: step i reads and writes position T-1-i along dim 1.
+// Reverse scan over dim 1: step i reads and writes position T-1-i along dim 1. The carry is also
+// the stacked output, so it is not carried: step 0 (position 6) is peeled and reads the initial
+// carry, step i >= 1 reads the stack at the previous step's position (T-1-(i-1)), and the final
+// carry is the stack's last written slice (position 0).
 // CHECK-LABEL: func.func @scan_dim1_reverse
-// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
 // CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
 // CHECK-DAG: %[[T:.*]] = arith.constant 7 : index
 // CHECK-DAG: %[[EMPTY:.*]] = tensor.empty() : tensor<2x7xf32>
-// CHECK: %[[R:.*]]:2 = scf.for %[[IV:.*]] = %[[C0]] to %[[T]] step %[[C1]] iter_args(%[[C:.*]] = %arg0, %[[YS:.*]] = %[[EMPTY]]) -> (tensor<2xf32>, tensor<2x7xf32>) {
-// CHECK:   %[[LAST:.*]] = arith.subi %[[T]], %{{.*}} : index
-// CHECK:   %[[POS:.*]] = arith.subi %[[LAST]], %[[IV]] : index
-// CHECK:   %[[XT:.*]] = tensor.extract_slice %arg1[0, %[[POS]]] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
-// CHECK:   %[[N:.*]] = arith.addf %[[C]], %[[XT]] : tensor<2xf32>
-// CHECK:   %[[INS:.*]] = tensor.insert_slice %[[N]] into %[[YS]][0, %[[POS]]] [2, 1] [1, 1] : tensor<2xf32> into tensor<2x7xf32>
-// CHECK:   scf.yield %[[N]], %[[INS]] : tensor<2xf32>, tensor<2x7xf32>
+// CHECK:     %[[X0:.*]] = tensor.extract_slice %arg1[0, %[[P0:.*]]] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
+// CHECK:     %[[N0:.*]] = arith.addf %arg0, %[[X0]] : tensor<2xf32>
+// CHECK:     %[[YS0:.*]] = tensor.insert_slice %[[N0]] into %[[EMPTY]][0, %[[P0]]] [2, 1] [1, 1]
+// CHECK:     %[[R:.*]] = scf.for %[[IV:.*]] = %{{.*}} to %[[T]] step %{{.*}} iter_args(%[[YS:.*]] = %[[YS0]]) -> (tensor<2x7xf32>) {
+// CHECK:       %[[POS:.*]] = arith.subi %{{.*}}, %[[IV]] : index
+// CHECK:       %[[XT:.*]] = tensor.extract_slice %arg1[0, %[[POS]]] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
+// CHECK:       %[[PREV_IV:.*]] = arith.subi %[[IV]], %{{.*}} : index
+// CHECK:       %[[PREV:.*]] = arith.subi %{{.*}}, %[[PREV_IV]] : index
+// CHECK:       %[[C:.*]] = tensor.extract_slice %[[YS]][0, %[[PREV]]] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
+// CHECK:       %[[N:.*]] = arith.addf %[[C]], %[[XT]] : tensor<2xf32>
+// CHECK:       %[[INS:.*]] = tensor.insert_slice %[[N]] into %[[YS]][0, %[[POS]]] [2, 1] [1, 1] : tensor<2xf32> into tensor<2x7xf32>
+// CHECK:       scf.yield %[[INS]] : tensor<2x7xf32>
+// CHECK:     }
+// CHECK:     %[[FINAL:.*]] = tensor.extract_slice %[[R]][0, %{{.*}}] [2, 1] [1, 1] : tensor<2x7xf32> to tensor<2xf32>
+// CHECK:     return %[[FINAL]], %[[R]]
 func.func @scan_dim1_reverse(%h: tensor<2xf32>, %xs: tensor<2x7xf32>) -> (tensor<2xf32>, tensor<2x7xf32>) {
   %r:2 = "tidal.scan"(%h, %xs) ({
   ^bb0(%c: tensor<2xf32>, %x: tensor<2xf32>):
@@ -80,6 +90,31 @@ func.func @scan_dim1_reverse(%h: tensor<2xf32>, %xs: tensor<2x7xf32>) -> (tensor
     "tidal.yield"(%n, %n) : (tensor<2xf32>, tensor<2xf32>) -> ()
   }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 1 : i64, reverse = true} : (tensor<2xf32>, tensor<2x7xf32>) -> (tensor<2xf32>, tensor<2x7xf32>)
   return %r#0, %r#1 : tensor<2xf32>, tensor<2x7xf32>
+}
+
+// -----
+
+// A carry that is not also stacked stays a loop-carried value; the loop covers every step.
+// CHECK-LABEL: func.func @scan_carry_not_stacked
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[T:.*]] = arith.constant 5 : index
+// CHECK-DAG: %[[EMPTY:.*]] = tensor.empty() : tensor<5x3xf32>
+// CHECK: %[[R:.*]]:2 = scf.for %[[IV:.*]] = %[[C0]] to %[[T]] step %[[C1]] iter_args(%[[C:.*]] = %arg0, %[[YS:.*]] = %[[EMPTY]]) -> (tensor<3xf32>, tensor<5x3xf32>) {
+// CHECK:   %[[XT:.*]] = tensor.extract_slice %arg1[%[[IV]], 0] [1, 3] [1, 1] : tensor<5x3xf32> to tensor<3xf32>
+// CHECK:   %[[N:.*]] = arith.addf %[[C]], %[[XT]] : tensor<3xf32>
+// CHECK:   %[[Y:.*]] = arith.mulf %[[N]], %[[XT]] : tensor<3xf32>
+// CHECK:   %[[INS:.*]] = tensor.insert_slice %[[Y]] into %[[YS]][%[[IV]], 0] [1, 3] [1, 1]
+// CHECK:   scf.yield %[[N]], %[[INS]] : tensor<3xf32>, tensor<5x3xf32>
+// CHECK: return %[[R]]#0, %[[R]]#1
+func.func @scan_carry_not_stacked(%h: tensor<3xf32>, %xs: tensor<5x3xf32>) -> (tensor<3xf32>, tensor<5x3xf32>) {
+  %r:2 = "tidal.scan"(%h, %xs) ({
+  ^bb0(%c: tensor<3xf32>, %x: tensor<3xf32>):
+    %n = arith.addf %c, %x : tensor<3xf32>
+    %y = arith.mulf %n, %x : tensor<3xf32>
+    "tidal.yield"(%n, %y) : (tensor<3xf32>, tensor<3xf32>) -> ()
+  }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<3xf32>, tensor<5x3xf32>) -> (tensor<3xf32>, tensor<5x3xf32>)
+  return %r#0, %r#1 : tensor<3xf32>, tensor<5x3xf32>
 }
 
 // -----

@@ -217,6 +217,31 @@ def test_matmuls_with_transposed_operands_and_accumulators(dtype):
     torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_scan_carries_that_are_also_stacked(steps, reverse):
+    """A carry the body also stacks is read back from its stack (the first step peeled), a carry it
+    does not stack stays loop-carried, and the hoisted x_t @ W each step accumulates into is
+    updated in place: every combination against eager, one step (nothing left to loop over) included."""
+
+    def rnn(h, c, xs, w, u, b):
+        def step(carry, x):
+            h, c = carry
+            h = torch.tanh(x @ w + h @ u + b)
+            c = c + h.sum(0)
+            return (h, c), (c * 2, h.clone())
+
+        return scan(step, (h, c), xs, reverse=reverse)
+
+    gen = torch.Generator().manual_seed(11)
+    h, c = torch.randn(3, 5, generator=gen), torch.zeros(5)
+    xs = torch.randn(steps, 3, 4, generator=gen)
+    w, u, b = (torch.randn(*s, generator=gen) / 2 for s in ((4, 5), (5, 5), (5,)))
+    got, expected, fallbacks = run_compiled(rnn, (h, c, xs, w, u, b))
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_batched_matmuls_run_as_blas_calls(dtype, tmp_path):
     """bmm/batched matmul (an ATen call at the torch level) runs as one gemm per batch entry:

@@ -15,6 +15,7 @@ import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
 import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
+import tidal.backends.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-transposes)
@@ -48,7 +49,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-transposes, tidal-concat-in-place, canonicalize, "
-    f"{BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
+    f"tidal-accumulate-into-sliced-inputs, {BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-parallelize-generics, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, convert-scf-to-cf, "

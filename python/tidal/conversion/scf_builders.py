@@ -26,6 +26,10 @@ def dim_size(value: ir.Value, dim: int) -> ir.Value:
     return tensor.dim(value, index(dim))
 
 
+def minus_one(v: ir.Value) -> ir.Value:
+    return arith.SubIOp(v, index(1)).result
+
+
 def step_index(i: ir.Value, length: ir.Value, reverse: bool) -> ir.Value:
     """The position processed at step `i`: i, or length-1-i when scanning in reverse."""
     if not reverse:
