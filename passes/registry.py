@@ -75,6 +75,23 @@ def function_named(module, name: str):
     raise KeyError(name)
 
 
+def defining_op(v):
+    """The op that defines `v`: its producer, or for a block argument the op owning the block."""
+    from torch_mlir import ir
+
+    owner = v.owner
+    return owner.owner if isinstance(owner, ir.Block) else owner
+
+
+def is_within(op, ancestor) -> bool:
+    """`op` is `ancestor` or nested in one of its regions."""
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
+
+
 def values_read(op) -> list:
     """The operands of `op` and of every op nested in it."""
     from torch_mlir import ir

@@ -15,7 +15,7 @@ import re
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, linalg, memref, scf, tensor
 
-from tidal.passes.registry import tidal_pass, values_read
+from tidal.passes.registry import defining_op, is_within, tidal_pass, values_read
 from tidal.runtime import externs
 
 _GEMM = {"f32": "sgemm_", "f64": "dgemm_"}
@@ -328,19 +328,6 @@ def _untransposed(v: ir.Value, batched: bool = False) -> tuple[ir.Value, bool]:
 _LOOPS = ("scf.for", "scf.while", "scf.forall")
 
 
-def _defining_op(v: ir.Value):
-    owner = v.owner
-    return owner.owner if isinstance(owner, ir.Block) else owner
-
-
-def _within(op, ancestor) -> bool:
-    while op is not None:
-        if op == ancestor:
-            return True
-        op = op.parent
-    return False
-
-
 def _transposed_once(v: ir.Value, matmul) -> bool:
     """Whether `v` is the transpose of a matrix the loop around `matmul` does not change; the
     transpose is then moved before every loop it is invariant in (with its static init). A loop's
@@ -353,13 +340,13 @@ def _transposed_once(v: ir.Value, matmul) -> bool:
     loop = matmul.parent
     while loop is not None and loop.name not in _LOOPS:
         loop = loop.parent
-    source, init = _defining_op(t.operands[0]), _producer(t.operands[1], "tensor.empty")
-    if loop is None or _within(source, loop):
+    source, init = defining_op(t.operands[0]), _producer(t.operands[1], "tensor.empty")
+    if loop is None or is_within(source, loop):
         return False
-    while _within(t, loop) and not _within(source, loop):
+    while is_within(t, loop) and not is_within(source, loop):
         if init is None or len(init.operands):
             return False  # a dynamic init: left where it is, read with 'T'
-        if _within(init, loop):  # an init shared with an earlier hoisted transpose is there already
+        if is_within(init, loop):  # an init shared with an earlier hoisted transpose is there already
             init.move_before(loop)
         t.move_before(loop)
         outer = loop.parent
@@ -420,8 +407,6 @@ def _batch_by_one_matrix_as_matmul(op) -> None:
     elt = types[1].element_type
     i64 = ir.IntegerType.get_signless(64)
     rows = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in dims]) for dims in ((0, 1), (2,))])
-    from torch_mlir.dialects import linalg
-
     with ir.InsertionPoint(op), op.location:
         flat_a = tensor.CollapseShapeOp(ir.RankedTensorType.get([batch * m, k], elt), a, rows).result
         flat_c = tensor.CollapseShapeOp(ir.RankedTensorType.get([batch * m, n], elt), c, rows).result
@@ -438,8 +423,6 @@ def _batch_maps(transpose_a: bool, transpose_b: bool) -> list:
 
 
 def _rebuild(at, a, b, c, transposed, batched: bool = False):
-    from torch_mlir.dialects import linalg
-
     with ir.InsertionPoint(at), at.location:
         if batched:
             return linalg.batch_matmul(a, b, outs=[c], indexing_maps=_batch_maps(*transposed))

@@ -20,24 +20,13 @@ from torch_mlir import ir
 from torch_mlir.dialects import scf, tensor
 
 from tidal.conversion.scf_builders import anchor_at_end
-from tidal.passes.registry import ops_named, tidal_pass
+from tidal.passes.registry import defining_op, is_within, ops_named, tidal_pass
 
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
-def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
-    while op is not None:
-        if op == ancestor:
-            return True
-        op = op.parent
-    return False
-
-
 def _defined_outside(v: ir.Value, loop: ir.Operation) -> bool:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return not _inside(owner.owner, loop) if owner.owner is not None else True
-    return not _inside(owner, loop)
+    return not is_within(defining_op(v), loop)
 
 
 def _before(op: ir.Operation, loop: ir.Operation) -> bool:
@@ -125,14 +114,13 @@ def _thread_through(loop: ir.Operation, extract: ir.Operation, writer: ir.Operat
 )
 def accumulate_into_sliced_inputs(module_op):
     for loop in ops_named(module_op, ("scf.for",)):
-        while True:
-            found = None
-            for op in loop.regions[0].blocks[0].operations:
-                if op.name == "tensor.extract_slice":
-                    match = _accumulated_slice(loop, op.operation)
-                    if match:
-                        found = (op.operation, *match)
-                        break
-            if found is None:
-                break
+        while (found := _first_accumulated_slice(loop)) is not None:
             loop = _thread_through(loop, *found)
+
+
+def _first_accumulated_slice(loop: ir.Operation):
+    """(extract, writer, result index) of the first slice of the body that qualifies, or None."""
+    for op in loop.regions[0].blocks[0].operations:
+        if op.name == "tensor.extract_slice" and (match := _accumulated_slice(loop, op.operation)):
+            return (op.operation, *match)
+    return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, llvm, scf
 
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import defining_op, is_within, tidal_pass
 from tidal.runtime import externs
 
 _RUNTIME = {
@@ -41,27 +41,13 @@ def ensure_runtime_decl(module_op, name: str) -> ir.FlatSymbolRefAttr:
     return ir.FlatSymbolRefAttr.get(name)
 
 
-def _is_inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
-    p = op
-    while p is not None:
-        if p == ancestor:
-            return True
-        p = p.parent
-    return False
-
-
-def _defining_op(v: ir.Value) -> ir.Operation:
-    owner = v.owner
-    return owner.owner if isinstance(owner, ir.Block) else owner
-
-
 def _captures(forall: ir.Operation) -> list[ir.Value]:
     seen, out = set(), []
 
     def visit(op):
         for v in op.operands:
-            d = _defining_op(v)
-            if not _is_inside(d, forall) and v not in seen:
+            d = defining_op(v)
+            if not is_within(d, forall) and v not in seen:
                 seen.add(v)
                 out.append(v)
         return ir.WalkResult.ADVANCE
@@ -123,7 +109,7 @@ def _entry_block(op: ir.Operation) -> ir.Block:
 def _outline(module_op, forall: ir.Operation, index: int) -> bool:
     if len(forall.results):
         return False
-    captures = [v for v in _captures(forall) if _defining_op(v).name != "arith.constant"]
+    captures = [v for v in _captures(forall) if defining_op(v).name != "arith.constant"]
     types = [llvm_field_type(v.type) for v in captures]
     if any(t is None for t in types):
         return False
@@ -186,16 +172,16 @@ def _outline(module_op, forall: ir.Operation, index: int) -> bool:
     body.arguments[0].replace_all_uses_with(iv)
     for v, new in zip(captures, unpacked):
         for use in list(v.uses):
-            if _is_inside(use.owner, forall):
+            if is_within(use.owner, forall):
                 use.owner.operands[use.operand_number] = new
     # Constants are cloned into the worker rather than passed.
     for v in _captures(forall):
-        const = _defining_op(v)
+        const = defining_op(v)
         if const.name != "arith.constant":
             continue  # a value already unpacked in the worker
         clone = const.clone(ip=ir.InsertionPoint.at_block_begin(entry))
         for use in list(v.uses):
-            if _is_inside(use.owner, forall):
+            if is_within(use.owner, forall):
                 use.owner.operands[use.operand_number] = clone.result
     for op in list(body.operations)[:-1]:  # the in_parallel terminator is empty once bufferized
         op.operation.move_before(anchor)
@@ -211,7 +197,7 @@ def forall_to_threads(module_op):
     outer: list[ir.Operation] = []
 
     def collect(op):
-        if op.name == "scf.forall" and not any(_is_inside(op.operation, o) for o in outer):
+        if op.name == "scf.forall" and not any(is_within(op.operation, o) for o in outer):
             outer.append(op.operation)
         return ir.WalkResult.ADVANCE
 
