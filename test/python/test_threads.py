@@ -200,13 +200,37 @@ PERMUTES = {
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("name", list(PERMUTES))
 def test_permutes_in_register_tiles(threads, name, n):
-    """tidal-tile-transposes: permutes (alone or fused into elementwise ops) run in 16x16 tiles over
+    """tidal-tile-elementwise: permutes (alone or fused into elementwise ops) run in 16x16 tiles over
     a parallel outer loop (uneven chunks on 2 and 3 threads); the others run as they were."""
     fn, shape, dtype = PERMUTES[name]
     x = (torch.randn(shape) * 100).to(dtype)
     threads(n)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(fn, backend="tidal", options={"fallback": "error"})(x), fn(x))
+
+
+# Elementwise ops of at least 16384 elements without a transpose, whose rows are short enough for
+# LLVM to unroll into scalar code: rows of 16 lanes over a parallel outer loop (tidal-tile-elementwise,
+# uneven chunks on 2 and 3 threads), broadcast operands read once per row.
+ROWS = {
+    "nchw_plus_one": (lambda x: x + 1, (4, 8, 16, 32)),
+    "minus_row_mean": (lambda x: x - x.mean(-1, keepdim=True), (16, 33, 48)),
+    "per_channel_scale": (lambda x: x * x.amax(dim=(0, 2, 3), keepdim=True) + 0.5, (5, 8, 32, 16)),
+    "silu_rank2": (torch.nn.functional.silu, (257, 64)),
+}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("name", list(ROWS))
+def test_short_rows_in_vector_tiles(threads, name, n, tmp_path):
+    fn, shape = ROWS[name]
+    x = torch.randn(shape) * 3
+    threads(n)
+    with torch.no_grad():
+        got = torch.compile(fn, backend="tidal", options={"fallback": "error", "dump_dir": str(tmp_path)})(x)
+        torch.testing.assert_close(got, fn(x))
+    (llvm,) = tmp_path.glob("*/03-llvm.mlir")
+    assert "vector<16xf32>" in llvm.read_text()
 
 
 def test_permutes_around_a_channels_last_convolution_are_tiled(tmp_path):

@@ -18,7 +18,7 @@ import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-resul
 import tidal.backends.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
-import tidal.backends.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-transposes)
+import tidal.backends.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-elementwise)
 import tidal.backends.vector_width  # noqa: F401  (registers tidal-prefer-wide-vectors)
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
@@ -48,7 +48,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
-    "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-transposes, tidal-concat-in-place, canonicalize, "
+    "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-elementwise, func.func(loop-invariant-code-motion), tidal-concat-in-place, canonicalize, "
     f"tidal-accumulate-into-sliced-inputs, {BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-parallelize-generics, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
