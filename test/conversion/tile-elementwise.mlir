@@ -86,30 +86,30 @@ func.func @in_a_loop(%x: tensor<32x32xf32>, %n: index) -> tensor<32x32xf32> {
 }
 
 // Rows: no input read transposed, rows of 32 (which LLVM would unroll into scalar code) and at
-// least 16384 elements: tiles of 1x16, vector reads, arithmetic and writes along the row. The broadcast per-row operand is
-// read at the same index on every step of the innermost loop (loop-invariant-code-motion, which
-// runs after this pass, takes it out).
+// least 65536 elements: tiles of 1x16, vector reads, arithmetic and writes along the row. The
+// broadcast per-row operand is read at the same index on every step of the innermost loop
+// (loop-invariant-code-motion, which runs after this pass, takes it out).
 // CHECK-LABEL: func.func @short_rows
-// CHECK: scf.forall (%{{.*}}) in (32)
+// CHECK: scf.forall (%{{.*}}) in (64)
 // CHECK: scf.for
 // CHECK: scf.for {{.*}} step %c16
-// CHECK: %[[X:.*]] = vector.transfer_read %arg0{{.*}} : tensor<32x16x32xf32>, vector<16xf32>
-// CHECK: %[[M:.*]] = vector.transfer_read %arg1[%{{.*}}, %{{.*}}, %c0]{{.*}} : tensor<32x16x1xf32>, vector<f32>
+// CHECK: %[[X:.*]] = vector.transfer_read %arg0{{.*}} : tensor<64x32x32xf32>, vector<16xf32>
+// CHECK: %[[M:.*]] = vector.transfer_read %arg1[%{{.*}}, %{{.*}}, %c0]{{.*}} : tensor<64x32x1xf32>, vector<f32>
 // CHECK: %[[B:.*]] = vector.broadcast %[[M]] : vector<f32> to vector<16xf32>
 // CHECK: arith.subf %[[X]], %[[B]] : vector<16xf32>
-// CHECK: vector.transfer_write {{.*}} : vector<16xf32>, tensor<1x16x32xf32>
-func.func @short_rows(%x: tensor<32x16x32xf32>, %m: tensor<32x16x1xf32>) -> tensor<32x16x32xf32> {
-  %e = tensor.empty() : tensor<32x16x32xf32>
-  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %m : tensor<32x16x32xf32>, tensor<32x16x1xf32>) outs(%e : tensor<32x16x32xf32>) {
+// CHECK: vector.transfer_write {{.*}} : vector<16xf32>, tensor<1x32x32xf32>
+func.func @short_rows(%x: tensor<64x32x32xf32>, %m: tensor<64x32x1xf32>) -> tensor<64x32x32xf32> {
+  %e = tensor.empty() : tensor<64x32x32xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %m : tensor<64x32x32xf32>, tensor<64x32x1xf32>) outs(%e : tensor<64x32x32xf32>) {
   ^bb0(%a: f32, %b: f32, %o: f32):
     %s = arith.subf %a, %b : f32
     linalg.yield %s : f32
-  } -> tensor<32x16x32xf32>
-  return %r : tensor<32x16x32xf32>
+  } -> tensor<64x32x32xf32>
+  return %r : tensor<64x32x32xf32>
 }
 
-// Left to LLVM: rows longer than 64 (its loop vectorizer handles them), and ops under 16384
-// elements (the tiles' parallel loop would start the thread team for them alone).
+// Left to LLVM: rows longer than 64 (its loop vectorizer handles them), and ops under 65536
+// elements (tidal-parallelize-generics runs them, grouped with their neighbours).
 // CHECK-LABEL: func.func @long_rows_or_small
 // CHECK-NOT: vector.
 // CHECK: linalg.generic
@@ -135,22 +135,22 @@ func.func @long_rows_or_small(%x: tensor<128x128xf32>, %y: tensor<8x4x32xf32>) -
 // marks once named only the dim, and the 3-D script tiled the permute as 1x1x16 with whole 32-lane
 // columns, a generic 512-lane shuffle).
 // CHECK-LABEL: func.func @two_ranks_one_dim
-// CHECK: vector.transfer_read %arg0{{.*}} : tensor<32x16x32xf32>, vector<16xf32>
+// CHECK: vector.transfer_read %arg0{{.*}} : tensor<64x32x32xf32>, vector<16xf32>
 // CHECK: vector.transfer_read %arg1{{.*}} : tensor<2x32x16x32xf32>, vector<16x1x16xf32>
 // CHECK-NOT: vector<512xf32>
 // CHECK: return
-func.func @two_ranks_one_dim(%x: tensor<32x16x32xf32>, %y: tensor<2x32x16x32xf32>) -> (tensor<32x16x32xf32>, tensor<2x16x32x32xf32>) {
-  %e0 = tensor.empty() : tensor<32x16x32xf32>
+func.func @two_ranks_one_dim(%x: tensor<64x32x32xf32>, %y: tensor<2x32x16x32xf32>) -> (tensor<64x32x32xf32>, tensor<2x16x32x32xf32>) {
+  %e0 = tensor.empty() : tensor<64x32x32xf32>
   %one = arith.constant 1.0 : f32
-  %r0 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<32x16x32xf32>) outs(%e0 : tensor<32x16x32xf32>) {
+  %r0 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<64x32x32xf32>) outs(%e0 : tensor<64x32x32xf32>) {
   ^bb0(%a: f32, %o: f32):
     %s = arith.addf %a, %one : f32
     linalg.yield %s : f32
-  } -> tensor<32x16x32xf32>
+  } -> tensor<64x32x32xf32>
   %e1 = tensor.empty() : tensor<2x16x32x32xf32>
   %r1 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%y : tensor<2x32x16x32xf32>) outs(%e1 : tensor<2x16x32x32xf32>) {
   ^bb0(%a: f32, %o: f32):
     linalg.yield %a : f32
   } -> tensor<2x16x32x32xf32>
-  return %r0, %r1 : tensor<32x16x32xf32>, tensor<2x16x32x32xf32>
+  return %r0, %r1 : tensor<64x32x32xf32>, tensor<2x16x32x32xf32>
 }

@@ -209,14 +209,14 @@ def test_permutes_in_register_tiles(threads, name, n):
         torch.testing.assert_close(torch.compile(fn, backend="tidal", options={"fallback": "error"})(x), fn(x))
 
 
-# Elementwise ops of at least 16384 elements without a transpose, whose rows are short enough for
+# Elementwise ops of at least 65536 elements without a transpose, whose rows are short enough for
 # LLVM to unroll into scalar code: rows of 16 lanes over a parallel outer loop (tidal-tile-elementwise,
 # uneven chunks on 2 and 3 threads), broadcast operands read once per row.
 ROWS = {
-    "nchw_plus_one": (lambda x: x + 1, (4, 8, 16, 32)),
-    "minus_row_mean": (lambda x: x - x.mean(-1, keepdim=True), (16, 33, 48)),
-    "per_channel_scale": (lambda x: x * x.amax(dim=(0, 2, 3), keepdim=True) + 0.5, (5, 8, 32, 16)),
-    "silu_rank2": (torch.nn.functional.silu, (257, 64)),
+    "nchw_plus_one": (lambda x: x + 1, (4, 16, 32, 32)),
+    "minus_row_mean": (lambda x: x - x.mean(-1, keepdim=True), (16, 97, 48)),
+    "per_channel_scale": (lambda x: x * x.amax(dim=(0, 2, 3), keepdim=True) + 0.5, (5, 32, 32, 16)),
+    "silu_rank2": (torch.nn.functional.silu, (1025, 64)),
 }
 
 

@@ -26,8 +26,10 @@ cannot move the unrolled loads above the stores (every buffer may alias every ot
 [8, 32, 32, 32] ran as 32 scalar adds per row, 162 us against eager's 60 (1 thread); in rows of
 16 lanes, 100 us. Rows longer than `MAX_ROW` are left to LLVM's loop vectorizer, which versions
 the loop on a runtime alias check and vectorizes it (an MLP with rows of 256 and 512 ran 6% slower
-tiled), and so are ops under `MIN_ELEMENTS` elements: the tiles' parallel loop would start the
-thread team for them alone, where `tidal-parallelize-generics` groups them with their neighbours.
+tiled), and so are ops under `MIN_ROWS_ELEMENTS` elements: the tiles' parallel loop starts the
+thread team for one op, where `tidal-parallelize-generics` runs consecutive ops over the same rows
+in one team start (a softmax's passes over [4, 64, 64]: attention at 2 threads ran 8% slower
+with them tiled).
 A tiled loop reads a broadcast operand (a per-channel scale) at the same index on every step of
 the innermost loop; `loop-invariant-code-motion`, run after this pass, takes such reads and the
 arithmetic on them out of it (tensors cannot alias; after bufferization LLVM could not tell).
@@ -45,6 +47,7 @@ from tidal.passes.registry import ops_named, tidal_pass
 
 TILE = 16
 MAX_ROW = 64
+MIN_ROWS_ELEMENTS = 4 * MIN_ELEMENTS
 _MARK = "tidal.tile_elementwise"
 
 
@@ -150,8 +153,8 @@ def _tiled_dim(op) -> int | None:
     inner_in = inner.pop() if inner else rank - 1  # no transposed input: rows of TILE lanes
     if out.shape[inner_in] % TILE or out.shape[rank - 1] % TILE:
         return None  # a partial tile would need masked vectors
-    if inner_in == rank - 1 and (out.shape[rank - 1] > MAX_ROW or math.prod(out.shape) < MIN_ELEMENTS):
-        return None  # long rows: LLVM's loop vectorizer; small ops: not worth a team start
+    if inner_in == rank - 1 and (out.shape[rank - 1] > MAX_ROW or math.prod(out.shape) < MIN_ROWS_ELEMENTS):
+        return None  # long rows: LLVM's loop vectorizer; smaller ops: tidal-parallelize-generics' groups
     return inner_in
 
 
