@@ -248,6 +248,22 @@ def test_regression_integer_floor_division_by_zero_wrong_result(server):
     """)
 
 
+def test_regression_reciprocal_of_zero_aborts(server):
+    """Fixed with tidal-reciprocal-of-zero. Was: torch.reciprocal of a tensor holding a zero
+    aborted the process ('unimplemented: tensor with zero element': torch-mlir's lowering asserts
+    a nonzero input, and a failed cf.assert calls abort()); eager returns inf"""
+    proc = server.run("exec", textwrap.dedent("""
+        import torch
+        from tidal.compiler import compile_program
+        x = torch.tensor([0.0, 2.0, -0.0, float("nan")])
+        fn = lambda x: torch.reciprocal(x) + 1
+        torch.testing.assert_close(compile_program(fn, (x,))(x), fn(x), equal_nan=True)
+        print("OK")
+    """))
+    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-1500:]}"
+    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
+
+
 # -- tidal-opt ----------------------------------------------------------------------------------
 
 

@@ -222,7 +222,7 @@ TORCH_SIMPLIFY = tidal_pipeline(
     TORCH_BACKEND_PASSES,
 )
 _SIMPLIFIED_TO_LINALG = (
-    f"{LINALG_PASSES}, tidal-retype, canonicalize, "
+    f"{LINALG_PASSES}, tidal-reciprocal-of-zero, tidal-retype, canonicalize, "
     "func.func(torch-finalizing-backend-type-conversion), lower-affine, canonicalize, tidal-backend-contract"
 )
 TORCH_TO_LINALG_FROM_SIMPLIFIED = tidal_pipeline(
