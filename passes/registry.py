@@ -83,6 +83,23 @@ def defining_op(v):
     return owner.owner if isinstance(owner, ir.Block) else owner
 
 
+def map_dims(affine_map) -> list[int | None] | None:
+    """Per result of an indexing map: the loop dim it reads (None: the constant 0 of a size-1
+    dim); None for a map with any other expression."""
+    from torch_mlir import ir
+
+    dims = []
+    for e in affine_map.results:
+        e = e.maybe_downcast()
+        if isinstance(e, ir.AffineDimExpr):
+            dims.append(e.position)
+        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
+            dims.append(None)
+        else:
+            return None
+    return dims
+
+
 def is_within(op, ancestor) -> bool:
     """`op` is `ancestor` or nested in one of its regions."""
     while op is not None:

@@ -43,7 +43,7 @@ from torch_mlir import ir
 from torch_mlir.dialects.transform import interpreter
 
 from tidal.backends.parallel_generics import MIN_ELEMENTS
-from tidal.passes.registry import ops_named, tidal_pass
+from tidal.passes.registry import map_dims, ops_named, tidal_pass
 
 TILE = 16
 MAX_ROW = 64
@@ -143,8 +143,11 @@ def _tiled_dim(op) -> int | None:
         return None
     inner = set()
     for m in maps[:-1]:
-        dims = _read_dims(m)
+        dims = map_dims(m)
         if dims is None:
+            return None
+        dims = [d for d in dims if d is not None]  # the loop dims it reads, in its order
+        if len(set(dims)) != len(dims):
             return None
         if rank - 1 in dims and dims[-1] != rank - 1:
             inner.add(dims[-1])  # read transposed: its contiguous dim is another one
@@ -156,19 +159,6 @@ def _tiled_dim(op) -> int | None:
     if inner_in == rank - 1 and (out.shape[rank - 1] > MAX_ROW or math.prod(out.shape) < MIN_ROWS_ELEMENTS):
         return None  # long rows: LLVM's loop vectorizer; smaller ops: tidal-parallelize-generics' groups
     return inner_in
-
-
-def _read_dims(m: ir.AffineMap) -> list[int] | None:
-    """The loop dims an input map reads, in its order (a constant 0 reads a size-1 dim); None
-    for a map that is not a projected permutation with broadcasts."""
-    dims = []
-    for e in m.results:
-        e = e.maybe_downcast()
-        if isinstance(e, ir.AffineDimExpr) and e.position not in dims:
-            dims.append(e.position)
-        elif not (isinstance(e, ir.AffineConstantExpr) and e.value == 0):
-            return None
-    return dims
 
 
 def _transpose_dim(op) -> int | None:

@@ -16,6 +16,7 @@ from torch_mlir import ir
 
 from tidal.backends.gpu.ttir import Kernel, KernelBuilder, element_type, memory_type, tensor_type, translate_op
 from tidal.diagnostics import TidalUnsupported
+from tidal.passes.registry import map_dims
 
 ELEMENTWISE_BLOCK = 1024
 REDUCTION_BLOCK = 128
@@ -38,15 +39,9 @@ class GenericLaunch:
 
 def _map_dims(affine_map) -> list[int | None]:
     """Per result of an indexing map: the loop dim it reads (None: the constant 0 of a size-1 dim)."""
-    dims = []
-    for e in affine_map.results:
-        e = e.maybe_downcast()
-        if isinstance(e, ir.AffineDimExpr):
-            dims.append(e.position)
-        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
-            dims.append(None)
-        else:
-            raise TidalUnsupported(f"GPU backend: indexing map {affine_map} (only dims and 0)", None)
+    dims = map_dims(affine_map)
+    if dims is None:
+        raise TidalUnsupported(f"GPU backend: indexing map {affine_map} (only dims and 0)", None)
     return dims
 
 

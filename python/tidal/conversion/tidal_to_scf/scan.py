@@ -17,8 +17,9 @@ def lower_scan_to_scf(op):
     A carry that the body also stacks (an RNN's hidden state is both) is read back from its stack
     at the previous step's position, not carried: bufferized as a loop-carried value it would get
     a fresh buffer and a copy of the stacked slice on every step (measured on an RNN step: the
-    copy, malloc and free took about a sixth of the time spent outside BLAS). The first step, the one that reads the
-    initial carry, is peeled off the loop for that; scans of dynamic length keep the plain form."""
+    copy, malloc and free took about a sixth of the time spent outside BLAS). The first step, the
+    one that reads the initial carry, is peeled off the loop for that; scans of dynamic length
+    keep the plain form."""
     attr = lambda name: op.attributes[name].value  # noqa: E731
     n, k, dim, reverse = attr("num_carries"), attr("num_xs"), attr("dim"), attr("reverse")
     operands = list(op.operands)
