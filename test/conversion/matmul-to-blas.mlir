@@ -48,6 +48,8 @@ func.func @strided_operand(%a: memref<4x8xf32, strided<[1, 4]>>, %b: memref<8x5x
 
 // A batch matmul is one gemm per batch entry: each operand's entry found from its batch stride
 // (0 for an operand broadcast over the batch); the zero fill before it is beta = 0 for every entry.
+// The entries are a forall (run on the thread team) when more than one thread is allowed, the
+// batch has more than one entry and B·M·N·K reaches 2^18 multiply-adds; else a sequential loop.
 // CHECK-LABEL: func.func @batched
 // CHECK-NOT:   linalg.fill
 // CHECK:       arith.constant 78 : i8
@@ -55,9 +57,23 @@ func.func @strided_operand(%a: memref<4x8xf32, strided<[1, 4]>>, %b: memref<8x5x
 // CHECK-NEXT:  %[[BETA:.+]] = arith.constant 0.000000e+00 : f64
 // CHECK-DAG:   %[[A:.+]], %{{.+}}, %[[AS:.+]]:3, %[[AST:.+]]:3 = memref.extract_strided_metadata %arg0
 // CHECK-DAG:   %[[C:.+]], %{{.+}}, %[[CS:.+]]:3, %{{.+}}:3 = memref.extract_strided_metadata %arg2
-// CHECK:       scf.for %[[I:.+]] = %{{.+}} to %[[CS]]#0
-// CHECK:         arith.muli %[[I]], %[[AST]]#0
-// CHECK:         call @tidal_dgemm_rowmajor({{.*}}, %[[BETA]],
+// CHECK:       %[[TEAM:.+]] = call @omp_get_max_threads()
+// CHECK:       %[[THREADS:.+]] = arith.index_cast %[[TEAM]]
+// CHECK:       %[[BM:.+]] = arith.muli %[[CS]]#0, %[[CS]]#1
+// CHECK:       %[[NK:.+]] = arith.muli %[[CS]]#2, %[[AS]]#2
+// CHECK:       %[[MACS:.+]] = arith.muli %[[BM]], %[[NK]]
+// CHECK:       arith.cmpi sgt, %[[THREADS]], %[[ONE:.+]] : index
+// CHECK:       arith.cmpi sgt, %[[CS]]#0, %[[ONE]] : index
+// CHECK:       %[[MIN:.+]] = arith.constant 262144 : index
+// CHECK:       arith.cmpi sge, %[[MACS]], %[[MIN]]
+// CHECK:       scf.if
+// CHECK-NEXT:    scf.forall (%[[J:.+]]) in (%[[CS]]#0)
+// CHECK:           arith.muli %[[J]], %[[AST]]#0
+// CHECK:           call @tidal_dgemm_rowmajor({{.*}}, %[[BETA]],
+// CHECK:       } else {
+// CHECK-NEXT:    scf.for %[[I:.+]] = %{{.+}} to %[[CS]]#0
+// CHECK:           arith.muli %[[I]], %[[AST]]#0
+// CHECK:           call @tidal_dgemm_rowmajor({{.*}}, %[[BETA]],
 // CHECK-NOT:   linalg.batch_matmul
 func.func @batched(%a: memref<3x4x8xf64>, %b: memref<3x8x5xf64, strided<[0, 5, 1]>>, %c: memref<3x4x5xf64>) {
   %zero = arith.constant 0.0 : f64

@@ -3,6 +3,8 @@ the threads `torch.set_num_threads` allows, and a long `associative_scan` takes 
 (reduce-then-scan) form there. Values against eager at 1, 2 and 3 threads (3 oversubscribes a
 2-core CI machine on purpose: the block count follows the team, not the cores)."""
 
+import re
+
 import pytest
 import torch
 from torch._higher_order_ops import associative_scan
@@ -159,7 +161,14 @@ def softmax_then_columns(x):
     return p - p.mean(0), (p.transpose(0, 1) * 2).contiguous()
 
 
+def attention(q, k, v):
+    """bmm's with B·M·N·K over tidal.backends.blas.PARALLEL_BATCH_MACS: the batch entries' gemms
+    run on the team (5 entries: uneven chunks; k read transposed)."""
+    return torch.softmax(q @ k.transpose(-1, -2) / 8, dim=-1) @ v
+
+
 STRAIGHT_LINE = {"conv_block": conv_block, "mlp": mlp,
+                 "attention": lambda: (attention, (torch.randn(5, 64, 48), torch.randn(5, 40, 48), torch.randn(5, 40, 24))),
                  "broadcast_and_reduce": lambda: (broadcast_and_reduce, (torch.randn(3, 300, 64), torch.randn(64))),
                  "softmax_then_columns": lambda: (softmax_then_columns, (torch.randn(7, 48, 64),))}
 
@@ -183,6 +192,20 @@ def test_large_generics_start_the_team(tmp_path):
     # the GELU over [67, 256], and LayerNorm's passes over [67, 64] as one group: each is under
     # MIN_ELEMENTS, together they are over it
     assert llvm.count("llvm.call @GOMP_parallel") == 2
+
+
+def test_batch_gemms_start_the_team(tmp_path):
+    """The entries of attention's two bmm's are one forall each (`_batched_gemm`), outlined onto
+    the team: one worker calling the gemm per bmm, besides the softmax's worker."""
+    from tidal.backends.blas import PARALLEL_BATCH_MACS
+
+    program, inputs = STRAIGHT_LINE["attention"]()
+    assert 5 * 64 * 24 * 40 >= PARALLEL_BATCH_MACS
+    compile_program(program, inputs, dump_dir=str(tmp_path))
+    llvm = (tmp_path / "03-llvm.mlir").read_text()
+    workers = re.split(r"(?=llvm.func @__tidal_parallel_)", llvm)[1:]
+    assert llvm.count("llvm.call @GOMP_parallel") == 3
+    assert sum("llvm.call @tidal_sgemm_rowmajor" in w for w in workers) == 2
 
 
 PERMUTES = {

@@ -187,7 +187,7 @@ def matmul_to_blas(module_op):
             flags = [arith.ConstantOp(i8, _TRANS if t else _NO_TRANS).result for t in transposed]
             beta = arith.ConstantOp(c.type.element_type, 0.0 if zero_fill is not None else 1.0).result
             if batched:
-                _batched_gemm(shim, flags, beta, a, b, c, transposed[0])
+                _batched_gemm(module_op, shim, flags, beta, a, b, c, transposed[0])
             else:
                 pa, lda, a_rows, a_cols = _matrix(a)
                 pb, ldb, b_rows, b_cols = _matrix(b)
@@ -224,23 +224,54 @@ def bmm_as_batch_matmul(call: ir.Operation) -> bool:
     return True
 
 
-def _batched_gemm(shim: str, flags, beta, a, b, c, a_transposed: bool) -> None:
-    """One gemm per batch entry, in a loop: [B, M, K]·[B, K, N] → [B, M, N] (an entry of A or B
-    may be stored transposed: `flags`), each operand's batch entry found from its strides (MKL's
-    batched gemm is not in the Fortran API torch exports; per-entry calls of these sizes run as
-    fast per FLOP)."""
+# A batch of at least this many multiply-adds runs its entries on the thread team when more than
+# one thread is allowed (below it, starting the team costs about what the split saves). MKL runs a
+# gemm of an attention's sizes ([64, 32]·[32, 64]) on one thread whatever it is allowed, so the
+# entries of a bmm are the parallelism: torch's own bmm splits them over its threads the same way.
+PARALLEL_BATCH_MACS = 1 << 18
+
+
+def _batched_gemm(module_op, shim: str, flags, beta, a, b, c, a_transposed: bool) -> None:
+    """One gemm per batch entry: [B, M, K]·[B, K, N] → [B, M, N] (an entry of A or B may be
+    stored transposed: `flags`), each operand's batch entry found from its strides (MKL's batched
+    gemm is not in the Fortran API torch exports; per-entry calls of these sizes run as fast per
+    FLOP). With more than one thread allowed and `PARALLEL_BATCH_MACS` of work, the entries are an
+    `scf.forall` that `tidal-forall-to-threads` starts on the team, else a sequential loop."""
+    from tidal.backends.threads import ensure_runtime_decl
+
     index = ir.IndexType.get()
     operands = (a, b, c)
     metadata = [memref.ExtractStridedMetadataOp(v) for v in operands]
-    zero, one = arith.ConstantOp(index, 0).result, arith.ConstantOp(index, 1).result
-    loop = scf.ForOp(zero, metadata[2].sizes[0], one, [])
-    with ir.InsertionPoint(loop.body):
-        i = loop.induction_variable
+    ma, mb, mc = metadata
+    m, k, n = mc.sizes[1], ma.sizes[1] if a_transposed else ma.sizes[2], mc.sizes[2]
+    batch = mc.sizes[0]
+
+    def gemm(i):
         pa, pb, pc = (_address(v, md, arith.MulIOp(i, md.strides[0]).result) for v, md in zip(operands, metadata))
-        ma, mb, mc = metadata
-        m, k, n = mc.sizes[1], ma.sizes[1] if a_transposed else ma.sizes[2], mc.sizes[2]
         func.CallOp([], ir.FlatSymbolRefAttr.get(shim), [*flags, _as_i64(m), _as_i64(n), _as_i64(k), pa,
                     _as_i64(ma.strides[1]), pb, _as_i64(mb.strides[1]), beta, pc, _as_i64(mc.strides[1])])
+
+    zero, one = arith.ConstantOp(index, 0).result, arith.ConstantOp(index, 1).result
+    max_threads = ensure_runtime_decl(module_op, "omp_get_max_threads")
+    threads = arith.IndexCastOp(index, func.CallOp([ir.IntegerType.get_signless(32)], max_threads, []).result).result
+    macs = arith.MulIOp(arith.MulIOp(batch, m).result, arith.MulIOp(n, k).result).result
+    sgt = arith.CmpIPredicate.sgt
+    parallel = arith.AndIOp(
+        arith.AndIOp(arith.CmpIOp(sgt, threads, one).result, arith.CmpIOp(sgt, batch, one).result).result,
+        arith.CmpIOp(arith.CmpIPredicate.sge, macs, arith.ConstantOp(index, PARALLEL_BATCH_MACS).result).result,
+    ).result
+    split = scf.IfOp(parallel, [], has_else=True)
+    with ir.InsertionPoint(split.then_block):
+        forall = scf.ForallOp([0], [batch], [1], [])
+        with ir.InsertionPoint(forall.body):
+            gemm(forall.induction_variables[0])
+            scf.InParallelOp()
+        scf.YieldOp([])
+    with ir.InsertionPoint(split.else_block):
+        loop = scf.ForOp(zero, batch, one, [])
+        with ir.InsertionPoint(loop.body):
+            gemm(loop.induction_variable)
+            scf.YieldOp([])
         scf.YieldOp([])
 
 
