@@ -10,7 +10,7 @@
 // CHECK-NOT:   math.exp
 // CHECK-NOT:   math.erf
 // CHECK-NOT:   math.tanh
-// CHECK:       math.floor
+// CHECK:       math.roundeven
 // CHECK:       arith.mulf %{{.+}}, %{{.+}} fastmath<contract> : f32
 // CHECK:       arith.addf %{{.+}}, %{{.+}} fastmath<contract> : f32
 // CHECK:       arith.fptosi
@@ -21,6 +21,29 @@ func.func @expansions(%x: f32) -> (f32, f32, f32) {
   %r = math.erf %x : f32
   %t = math.tanh %x : f32
   return %e, %r, %t : f32, f32, f32
+}
+
+// exp's clamp is compare-and-select in the form of x86's max/min (a NaN takes the bound: the
+// final select puts it back); the bounds make overflow and underflow come out of the arithmetic,
+// so the only select after them is NaN's.
+// CHECK-LABEL: func.func @exp
+// CHECK-DAG:   %[[LO:.+]] = arith.constant -1.040000e+02 : f32
+// CHECK-DAG:   %[[HI:.+]] = arith.constant 8.875000e+01 : f32
+// CHECK:       %[[GT:.+]] = arith.cmpf ogt, %[[X:.+]], %[[LO]] : f32
+// CHECK-NEXT:  %[[ABOVE:.+]] = arith.select %[[GT]], %[[X]], %[[LO]] : f32
+// CHECK-NEXT:  %[[LT:.+]] = arith.cmpf olt, %[[ABOVE]], %[[HI]] : f32
+// CHECK-NEXT:  %[[XC:.+]] = arith.select %[[LT]], %[[ABOVE]], %[[HI]] : f32
+// CHECK:       math.roundeven
+// CHECK-NOT:   arith.select
+// CHECK:       arith.bitcast
+// CHECK:       arith.bitcast
+// CHECK-NEXT:  %[[SCALED:.+]] = arith.mulf
+// CHECK-NEXT:  %[[NAN:.+]] = arith.cmpf uno, %[[X]], %[[X]] : f32
+// CHECK-NEXT:  %[[E:.+]] = arith.select %[[NAN]], %[[X]], %[[SCALED]] : f32
+// CHECK-NEXT:  return %[[E]]
+func.func @exp(%x: f32) -> f32 {
+  %e = math.exp %x : f32
+  return %e : f32
 }
 
 // CHECK-LABEL: func.func @double_stays
