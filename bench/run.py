@@ -38,6 +38,9 @@ def parse_args(argv=None):
                    help="backends to run; the others are recorded as 'skipped' (default: all)")
     p.add_argument("--unit-timeout", type=float, default=None,
                    help="seconds per configuration process (default 1800, --quick 300)")
+    p.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run every configuration in N fresh processes, the backends taking turns; a cell's time is the "
+                        "median of the N per-process medians, shown with their spread (default 1)")
     p.add_argument("--verbose", action="store_true", help="echo each configuration's stderr")
     p.add_argument("--from-json", default=None, metavar="RESULTS_JSON",
                    help="measure nothing: print the tables of an earlier results.json and redraw its plots in --out")
@@ -59,6 +62,9 @@ def _fmt_cell(rec, key, scale, fmt, notes):
         if v is None:
             return "-"
         s = fmt.format(v * scale)
+        spread = rec.get("process_times_s") if key == "time_s" else None
+        if spread and len(spread) > 1:  # half the range of the per-process medians, in % of their median
+            s += f" ±{50 * (spread[-1] - spread[0]) / v:.0f}%"
         return s + ("!" if rec.get("mismatch") else "")
     if st in ("failed", "fallback"):
         text = (f"{rec.get('error_type')}: {rec.get('error')}" + (f" [cause: {rec['cause']}]" if rec.get("cause") else "")
@@ -159,7 +165,9 @@ def print_report(results) -> None:
     print()
     print(f"device={meta['device']} ({meta['device_name']}), threads={meta['threads']}, torch {meta['torch']}, "
           f"tidal {meta.get('tidal', '?')}{', --quick' if meta['quick'] else ''}")
-    print("times: median ms; 'tidal vs X' = time(X) / time(tidal) (>1: tidal faster); compile s = first call - steady call")
+    print("times: median ms; 'tidal vs X' = time(X) / time(tidal) (>1: tidal faster); compile s = first call - steady call"
+          + (f"; each cell the median of {meta['processes']} fresh processes, ±: half their spread"
+             if meta.get("processes", 1) > 1 else ""))
     for n, case in results["cases"].items():
         print()
         print(format_case(n, case))
@@ -178,6 +186,19 @@ def _merged(earlier: dict | None, rec: dict) -> dict:
     if rec.get("status") != "ok":
         return rec
     return {**earlier, **{k: v for k, v in rec.items() if k.startswith("peak_mem")}}
+
+
+def _across_processes(recs: list[dict]) -> dict:
+    """One cell measured in several fresh processes (--processes): the record whose time is the
+    median of theirs (the lower middle one for an even count), with every process's time in
+    `process_times_s`; a failure of any stands. Two processes running the same library kernel
+    (an encoder layer is one oneDNN/MKL call in every backend) differ by a few percent, more than
+    what separates the backends."""
+    bad = [r for r in recs if r.get("status") != "ok" or r.get("time_s") is None]
+    if bad or len(recs) == 1:
+        return bad[0] if bad else recs[0]
+    ordered = sorted(recs, key=lambda r: r["time_s"])
+    return {**ordered[(len(ordered) - 1) // 2], "process_times_s": [r["time_s"] for r in ordered]}
 
 
 def main(argv=None) -> int:
@@ -218,7 +239,10 @@ def main(argv=None) -> int:
         "backends": backends,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "timing": "median of timed repeats after warm-up calls; compile_s = first call - median steady call",
+        "timing": "median of timed repeats after warm-up calls; compile_s = first call - median steady call"
+                  + (f"; each cell measured in {args.processes} fresh processes, the backends taking turns: the median "
+                     "process's record, every process's time in process_times_s" if args.processes > 1 else ""),
+        "processes": args.processes,
         "isolation": "one fresh process per configuration; fresh TORCHINDUCTOR_CACHE_DIR, TIDAL_CACHE_DIR, TRITON_CACHE_DIR; "
                      "torch.compile(fullgraph=True, dynamic=False) after torch._dynamo.reset()"
                      + ("" if args.quick else "; an unrelated tiny graph is compiled first in each process so one-time "
@@ -240,21 +264,29 @@ def main(argv=None) -> int:
     print(f"tidal bench: {len(units)} configurations, device={args.device}, threads={args.threads} "
           f"(torch.set_num_threads and OMP/MKL_NUM_THREADS in every configuration), backends={','.join(backends)}"
           + (", --quick" if args.quick else ""), flush=True)
-    cells: dict[str, dict[str, dict[str, dict]]] = {n: {} for n in names}
+    rounds = max(1, args.processes)
+    per_round: list[dict[str, dict[str, dict[str, dict]]]] = [{n: {} for n in names} for _ in range(rounds)]
     start = time.perf_counter()
-    for k, unit in enumerate(units, 1):
-        what = f"[{k}/{len(units)}] {unit['case']} {unit['column']}" + (f" ({unit['variant']})" if unit["variant"] else "") \
-            + (f" {unit['params']}" if unit["params"] else "") + (f" [{unit['part']}]" if unit.get("part") else "")
-        if unit["backend"] not in backends:
-            got = [(r, c, harness.status_record("skipped", "not in --backends")) for r, c in unit["cells"]]
-            wall = 0.0
-        else:
-            got, wall = harness.run_unit(os.path.abspath(__file__), unit, args)
-        for row, col, rec in got:
-            row_cells = cells[unit["case"]].setdefault(row, {})
-            row_cells[col] = _merged(row_cells.get(col), rec)
-        states = ", ".join(sorted({rec["status"] for _, _, rec in got}))
-        print(f"  {what}: {states} ({wall:.1f} s)", file=sys.stderr, flush=True)
+    for r in range(rounds):
+        for k, unit in enumerate(units, 1):
+            what = f"[{k}/{len(units)}] {unit['case']} {unit['column']}" + (f" ({unit['variant']})" if unit["variant"] else "") \
+                + (f" {unit['params']}" if unit["params"] else "") + (f" [{unit['part']}]" if unit.get("part") else "") \
+                + (f" (process {r + 1}/{rounds})" if rounds > 1 else "")
+            if unit["backend"] not in backends:
+                got = [(row, c, harness.status_record("skipped", "not in --backends")) for row, c in unit["cells"]]
+                wall = 0.0
+            else:
+                got, wall = harness.run_unit(os.path.abspath(__file__), unit, args)
+            for row, col, rec in got:
+                row_cells = per_round[r][unit["case"]].setdefault(row, {})
+                row_cells[col] = _merged(row_cells.get(col), rec)
+            states = ", ".join(sorted({rec["status"] for _, _, rec in got}))
+            print(f"  {what}: {states} ({wall:.1f} s)", file=sys.stderr, flush=True)
+    cells: dict[str, dict[str, dict[str, dict]]] = {n: {} for n in names}
+    for n in names:
+        for row in per_round[0][n]:
+            cells[n][row] = {col: _across_processes([pr[n].get(row, {}).get(col, {"status": "failed", "error_type": "Missing", "error": "not measured in this process"})
+                                                      for pr in per_round]) for col in per_round[0][n][row]}
 
     results = {"meta": meta, "cases": {n: assemble(n, args.quick, args.device, cells[n]) for n in names}}
     results["meta"]["wall_s"] = time.perf_counter() - start

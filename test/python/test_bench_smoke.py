@@ -36,3 +36,21 @@ def test_bench_quick_runs_and_writes_results(tmp_path):
             assert row["cells"]["inductor"]["status"] == "skipped"
             assert row["cells"]["eager"]["status"] == "ok", row["cells"]["eager"]  # the harness itself works
     assert list(tmp_path.glob("*.png")), "no plot written"
+
+
+def test_cells_measured_in_several_processes():
+    """--processes N: a cell is the record of the process with the median time, every process's
+    time kept; a failure in any process stands."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from run import _across_processes, _fmt_cell
+    finally:
+        sys.path.pop(0)
+
+    recs = [{"status": "ok", "time_s": t, "compile_s": c} for t, c in ((3.0, 0.3), (1.0, 0.1), (2.0, 0.2))]
+    cell = _across_processes(recs)
+    assert (cell["time_s"], cell["compile_s"], cell["process_times_s"]) == (2.0, 0.2, [1.0, 2.0, 3.0])
+    assert _fmt_cell(cell, "time_s", 1e3, "{:.3f}", []) == "2000.000 ±50%"
+    assert _across_processes(recs[:2])["time_s"] == 1.0  # the lower middle of an even count
+    failed = {"status": "failed", "error_type": "RuntimeError", "error": "boom"}
+    assert _across_processes([recs[0], failed, recs[2]]) is failed
