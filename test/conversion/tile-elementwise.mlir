@@ -54,6 +54,25 @@ func.func @fused_transposed_read(%x: tensor<16x32xf32>, %b: tensor<16xf32>) -> t
 
 // GEN-LABEL: func.func @left_alone
 // GEN: linalg.transpose
+// A per-channel scale viewed as [1, C, 1, 1] (GroupNorm's affine before a channels-last
+// convolution's NCHW->NHWC permute) is read through its [C] source: one vector along the lanes,
+// broadcast over the tile's rows, not 16 scalars transposed with the input.
+// CHECK-LABEL: func.func @channel_scale_through_unit_dims
+// CHECK: vector.transfer_read %arg0{{.*}} : tensor<2x32x16x48xf32>, vector<16x1x16xf32>
+// CHECK: %[[SCALE:.*]] = vector.transfer_read %arg1[%{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<32xf32>, vector<16xf32>
+// CHECK: vector.broadcast %[[SCALE]] : vector<16xf32> to vector<16x16xf32>
+// CHECK-NOT: tensor<1x32x1x1xf32>
+func.func @channel_scale_through_unit_dims(%x: tensor<2x32x16x48xf32>, %g: tensor<32xf32>) -> tensor<2x16x48x32xf32> {
+  %e = tensor.empty() : tensor<2x16x48x32xf32>
+  %g4 = tensor.expand_shape %g [[0, 1, 2, 3]] output_shape [1, 32, 1, 1] : tensor<32xf32> into tensor<1x32x1x1xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (0, d3, 0, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%x, %g4 : tensor<2x32x16x48xf32>, tensor<1x32x1x1xf32>) outs(%e : tensor<2x16x48x32xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %m = arith.mulf %a, %c : f32
+    linalg.yield %m : f32
+  } -> tensor<2x16x48x32xf32>
+  return %r : tensor<2x16x48x32xf32>
+}
+
 // CHECK-LABEL: func.func @left_alone
 // CHECK-NOT: vector.
 // CHECK-NOT: scf.forall
