@@ -60,9 +60,8 @@ def _fast_tanh(x: ir.Value) -> ir.Value:
     return arith.SelectOp(tiny, x, ratio).result
 
 
-_EXP_HI = 88.7228394  # ln(FLT_MAX): above it exp overflows
 _EXP_LO = -104.0  # below ln(2^-150) exp rounds to 0
-_EXP_CLAMP_HI = 88.75  # far enough above _EXP_HI that y·2^m overflows to +inf by itself
+_EXP_CLAMP_HI = 88.75  # far enough above ln(FLT_MAX) = 88.7228 that y·2^m overflows to +inf by itself
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = hi + lo, hi with few bits (m·hi exact)
 _EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
