@@ -113,14 +113,15 @@ _SCAN_TOLERANCES = {torch.float64: {}, torch.float32: {"rtol": 1e-4, "atol": 1e-
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_linear_recurrence_over_many_chunks_and_columns(dtype):
-    """The scan kernels' chunk loop, tiles and column blocks: T and C not multiples of the blocks."""
+    """The scan kernels' tiles, look-back chunks and column blocks: T and C not multiples of the
+    blocks (130 columns: three column blocks of look-back chunks, rows not vector-aligned)."""
     from torch._higher_order_ops import associative_scan
 
     def recurrence(a, b):
         return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a, b), dim=0, combine_mode="generic")[1]
 
     gen = torch.Generator().manual_seed(0)
-    for length, width in ((1, 3), (1000, 70), (100_003, 16), (300_001, 3), (50_000, 64)):
+    for length, width in ((1, 3), (1000, 70), (100_003, 16), (300_001, 3), (50_000, 64), (70_001, 130)):
         a = (0.5 + 0.5 * torch.rand(length, width, generator=gen, dtype=torch.float64))
         b = torch.randn(length, width, generator=gen, dtype=torch.float64)
         torch._dynamo.reset()

@@ -596,15 +596,25 @@ class _RowsScan:
     def _tile(self, start: str, end: str, ys: list, carry: list[str] | None, carry_valid: str | None) -> list[str]:
         """Scan rows [start, start + block_t), store them; returns the last row. `carry` is
         combined in where `carry_valid` (an i1; always when None)."""
-        b, tile, t_i32, elems = self.b, self.tile, self.t_i32, self.elems
+        return self.finish(*self.load_scan(start, end), ys, carry, carry_valid)
+
+    def load_scan(self, start: str, end: str) -> tuple[list[str], str, str]:
+        """The tile of rows [start, start + block_t) loaded and scanned: (values, offsets, mask)."""
+        b, tile, t_i32 = self.b, self.tile, self.t_i32
         s = b.binary("arith.addi", b.splat(start, "i32", tile), self.rows_t, t_i32)  # position in scan order
         t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", self.length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
              if self.reverse else s)
         in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
         mask = b.binary("arith.andi", in_range, self.col_ok, tensor_type(tile, "i1"))
         off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(self.width, "i32", tile), t_i32), self.cols_t, t_i32)
-        tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
-        values = _tt_scan(b, self.op, tiles, elems, tile)
+        tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, self.elems)]
+        return _tt_scan(b, self.op, tiles, self.elems, tile), off, mask
+
+    def finish(self, values: list[str], off: str, mask: str, ys: list, carry: list[str] | None,
+               carry_valid: str | None) -> list[str]:
+        """A scanned tile with `carry` combined in (where `carry_valid`), stored to `ys`; returns
+        its last row."""
+        b, tile, elems = self.b, self.tile, self.elems
         if carry is not None:
             spread = [_broadcast_vector(b, c, e, tile, axis=0) for c, e in zip(carry, elems)]
             combined = _combine_scalars(b, self.op, spread, values, tile)
@@ -619,11 +629,11 @@ class _RowsScan:
                 self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
         return _last_rows(b, values, elems, tile, self.last_row)
 
-    def run(self, begin: str, end: str, ys: list, carry: list[str] | None = None, carry_valid: str | None = None) -> list[str]:
-        """The rows' scan, stored to `ys` (None entries, or none: not stored); returns the last
-        row (meaningless when the rows end in padding: a partial last tile)."""
+    def run(self, begin: str, end: str, ys: list) -> list[str]:
+        """The rows' scan, stored to `ys` (None entries: not stored); returns the last row
+        (meaningless when the rows end in padding: a partial last tile)."""
         b, k = self.b, len(self.elems)
-        first = self._tile(begin, end, ys, carry, carry_valid)
+        first = self._tile(begin, end, ys, None, None)
         carry_tys = [tensor_type((self.block_c,), e) for e in self.elems]
         iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()
         b.emit(
@@ -639,51 +649,202 @@ class _RowsScan:
         return [f"{results}#{i}" for i in range(k)]
 
 
-def scan_kernel(op, name: str, block_t: int, block_c: int, *, store_y: bool = True, write_total: bool = False,
-                carry_in: bool = False, in_scan_order: bool = False, live: tuple[bool, ...] | None = None) -> Kernel:
-    """Inclusive scan along dim 0 of k [T, C] contiguous tensors. Program (i, j) takes columns
-    [i·BC, (i+1)·BC) of chunk j (rows [j·L, (j+1)·L) in scan order) and walks it in tiles of
-    `block_t` rows (`_RowsScan`). `carry_in` starts chunk j > 0 from row j-1 of `carries` (the
-    scanned chunk totals) and chunk 0 from nothing, so one launch re-scans every chunk;
-    `write_total` stores the chunk's last row into `totals` (L is a multiple of block_t, so only a
-    partial last chunk has a meaningless total, and nothing reads it). `in_scan_order`: the rows
-    are already in scan order (chunk totals). `live[i]`: scan output i is used (only those get a
-    y pointer and are stored)."""
+def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, ...] | None = None,
+                aligned: bool = False) -> Kernel:
+    """Inclusive scan along dim 0 of k [T, C] contiguous tensors, one program per block of
+    `block_c` columns walking every row in tiles of `block_t` rows (`_RowsScan`): the form for
+    scans too short to fill the GPU with chunks (`lookback_scan_kernel` takes the others).
+    `live[i]`: scan output i is used (only those get a y pointer and are stored). `aligned`: C is
+    a multiple of 16 and every pointer 16-byte aligned, so a row's columns are read and written
+    as vectors (with C a plain argument Triton cannot know the rows stay aligned: one element per
+    access)."""
     k = ir.IntegerAttr(op.attributes["num_xs"]).value
-    reverse = ir.BoolAttr(op.attributes["reverse"]).value and not in_scan_order
+    reverse = ir.BoolAttr(op.attributes["reverse"]).value
     elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
     b = KernelBuilder(name)
     xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
     live = live or (True,) * k
-    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live))] if store_y else []
-    totals = [b.pointer_arg(f"total{i}", e) for i, e in enumerate(elems)] if write_total else []
-    carries = [b.pointer_arg(f"carry{i}", e) for i, e in enumerate(elems)] if carry_in else []
-    length, width, chunk_rows = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("L")
+    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live))]
+    length, width = b.scalar_arg("T"), b.scalar_arg("C", divisible=aligned)
     c_i32 = tensor_type((block_c,), "i32")
-    pid = b.op("tt.get_program_id x : i32")
-    chunk_id = b.op("tt.get_program_id y : i32")
-    c0 = b.binary("arith.muli", pid, b.const(block_c, "i32"), "i32")
+    c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
-    scan = _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
-    begin = b.binary("arith.muli", chunk_id, chunk_rows, "i32")
-    end = b.op(f"arith.minsi {b.binary('arith.addi', begin, chunk_rows, 'i32')}, {length} : i32")
-    row_addr = _Addressing(b, (block_c,))
-    col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
-
-    def row_pointers(ptr, elem, row_index):
-        off = b.binary("arith.addi", b.splat(b.binary("arith.muli", row_index, width, "i32"), "i32", (block_c,)), cols, c_i32)
-        return row_addr.pointers(ptr, elem, off)
-
-    incoming, has_carry = None, None
-    if carry_in:
-        has_carry = b.op(f"arith.cmpi sgt, {chunk_id}, {b.const(0, 'i32')} : i32")
-        previous = b.op(f"arith.maxsi {b.binary('arith.subi', chunk_id, b.const(1, 'i32'), 'i32')}, {b.const(0, 'i32')} : i32")
-        load_mask = b.binary("arith.andi", col_mask, b.splat(has_carry, "i1", (block_c,)), tensor_type((block_c,), "i1"))
-        incoming = [row_addr.load(row_pointers(c, e, previous), e, load_mask) for c, e in zip(carries, elems)]
-    last = scan.run(begin, end, ys, incoming, has_carry)
-    for total, e, v in zip(totals, elems, last):
-        row_addr.store(row_pointers(total, e, chunk_id), v, e, col_mask)
+    _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse).run(b.const(0, "i32"), length, ys)
     return b.text()
+
+
+def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
+                         live: tuple[bool, ...] | None = None, aligned: bool = False) -> Kernel:
+    """Inclusive scan along dim 0 of k [T, C] contiguous tensors in ONE pass over the data: a
+    decoupled look-back (CUB's single-pass scan) over chunks of one tile of `block_t` rows,
+    held in registers from load to store.
+
+    Each program takes the next (chunk, column block) from an atomic counter (`vid`, chunk-major:
+    every chunk a program waits for belongs to a program already running), scans its tile,
+    publishes the tile's total (`aggs`, flag 1), and looks back over the `window` chunks before
+    it at once: when none of those after the nearest inclusive prefix (flag 2) is still
+    unpublished, their records combine in one segmented `tt.scan` (restarting at that prefix);
+    without one in the window it moves a window further back. It then publishes its own
+    inclusive prefix (`incs`, flag 2) and stores the tile with the prefix combined in. Looking
+    back one chunk per step (an L2 round trip each) made every program wait out ~100 steps,
+    since that many chunks are between their total and their prefix at full bandwidth.
+
+    Publishing: values stored, a CTA barrier, then thread 0's release atomic on the flag;
+    reading: acquire atomics on the flags, then volatile loads (past L1, which other SMs' stores
+    do not update). `flags` and `counter` are zero at launch (the caller zeroes them). `aligned`:
+    as `scan_kernel`'s."""
+    k = ir.IntegerAttr(op.attributes["num_xs"]).value
+    reverse = ir.BoolAttr(op.attributes["reverse"]).value
+    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
+    b = KernelBuilder(name)
+    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
+    live = live or (True,) * k
+    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live))]
+    aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
+    incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
+    flags, counter = b.pointer_arg("flags", "i32"), b.pointer_arg("counter", "i32")
+    length, width, col_blocks = b.scalar_arg("T"), b.scalar_arg("C", divisible=aligned), b.scalar_arg("CB")
+    c_i32 = tensor_type((block_c,), "i32")
+    zero, one, two, true = b.const(0, "i32"), b.const(1, "i32"), b.const(2, "i32"), b.op("arith.constant true")
+    vid = b.op(f"tt.atomic_rmw add, acq_rel, gpu, {counter}, {one}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
+    pid = b.op(f"arith.remsi {vid}, {col_blocks} : i32")
+    chunk = b.op(f"arith.divsi {vid}, {col_blocks} : i32")
+    c0 = b.binary("arith.muli", pid, b.const(block_c, "i32"), "i32")
+    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)),
+                    b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
+    scan = _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
+    begin = b.binary("arith.muli", chunk, b.const(block_t, "i32"), "i32")
+    end = b.op(f"arith.minsi {b.binary('arith.addi', begin, b.const(block_t, 'i32'), 'i32')}, {length} : i32")
+    tile_values, tile_off, tile_mask = scan.load_scan(begin, end)
+    total = _last_rows(b, tile_values, elems, scan.tile, scan.last_row)  # (a partial last chunk's: read by none)
+    row_addr = _Addressing(b, (block_c,))
+    vec_tys = [tensor_type((block_c,), e) for e in elems]
+
+    def publish(records, values, flag_value):
+        for rec, e, v in zip(records, elems, values):
+            off = b.binary("arith.addi", b.splat(b.binary("arith.muli", chunk, width, "i32"), "i32", (block_c,)), cols, c_i32)
+            row_addr.store(row_addr.pointers(rec, e, off), v, e, col_mask)
+        b.emit("gpu.barrier")
+        mine = b.op(f"tt.addptr {flags}, {vid} : !tt.ptr<i32>, i32")
+        b.op(f"tt.atomic_rmw exch, release, gpu, {mine}, {flag_value}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
+
+    has_prefix = b.op(f"arith.cmpi sgt, {chunk}, {zero} : i32")
+    b.emit(f"scf.if {has_prefix} {{")
+    b.indent += 1
+    publish(aggs, total, one)
+    b.indent -= 1
+    b.emit("}")
+    prefix = _look_back(b, op, elems, aggs, incs, flags, chunk, pid, col_blocks, cols, col_mask, width, block_c, window)
+    with_prefix = _combine_scalars(b, op, prefix, total, (block_c,))
+    inclusive = [b.op(f"arith.select {has_prefix}, {w}, {t} : {ty}") for w, t, ty in zip(with_prefix, total, vec_tys)]
+    publish(incs, inclusive, two)
+    scan.finish(tile_values, tile_off, tile_mask, ys, prefix, has_prefix)
+    kernel = b.text()
+    return Kernel(kernel.name, kernel.text, kernel.signature, num_warps=LOOKBACK_WARPS)
+
+
+LOOKBACK_WARPS = 4
+
+
+def _look_back(b: KernelBuilder, op, elems: list[str], aggs: list[str], incs: list[str], flags: str, chunk: str,
+               pid: str, col_blocks: str, cols: str, col_mask: str, width: str, block_c: int, window: int) -> list[str]:
+    """The combine of chunks 0 .. chunk-1's records, looked back at a window of chunks per step
+    (`lookback_scan_kernel`); meaningless for chunk 0."""
+    k = len(elems)
+    w_i32, w_i1 = tensor_type((window,), "i32"), tensor_type((window,), "i1")
+    tile = (window, block_c)
+    t_i32, t_i1 = tensor_type(tile, "i32"), tensor_type(tile, "i1")
+    vec_tys = [tensor_type((block_c,), e) for e in elems]
+    loop_tys = ["i32", *vec_tys, "i1"]
+    lanes = b.op(f"tt.make_range {{end = {window} : i32, start = 0 : i32}} : {w_i32}")
+    last_lane = _broadcast_vector(b, b.op(f"arith.cmpi eq, {lanes}, {b.const(window - 1, 'i32', (window,))} : {w_i32}"),
+                                  "i1", tile, axis=1)
+    cols_t = _broadcast_vector(b, cols, "i32", tile, axis=0)
+    col_mask_t = _broadcast_vector(b, col_mask, "i1", tile, axis=0)
+    addr = _Addressing(b, tile)
+    j, accs, have, results = b.fresh(), [b.fresh() for _ in elems], b.fresh(), b.fresh()
+    inits = [b.const("0.000000e+00" if e.startswith(("f", "bf")) else 0, e, (block_c,)) for e in elems]
+    start = b.binary("arith.subi", chunk, b.const(1, "i32"), "i32")
+    b.emit(f"{results}:{k + 2} = scf.while ({j} = {start}, {', '.join(f'{a} = {v}' for a, v in zip(accs, inits))}, "
+           f"{have} = {b.op('arith.constant false')}) : ({', '.join(loop_tys)}) -> ({', '.join(loop_tys)}) {{")
+    b.indent += 1
+    go = b.op(f"arith.cmpi sge, {j}, {b.const(0, 'i32')} : i32")
+    b.emit(f"scf.condition({go}) {j}, {', '.join(accs)}, {have} : {', '.join(loop_tys)}")
+    b.indent -= 1
+    b.emit("} do {")
+    bj, baccs, bhave = b.fresh(), [b.fresh() for _ in elems], b.fresh()
+    b.emit(f"^bb0({bj}: i32, {', '.join(f'{a}: {t}' for a, t in zip(baccs, vec_tys))}, {bhave}: i1):")
+    b.indent += 1
+    first = b.binary("arith.subi", bj, b.const(window - 1, "i32"), "i32")
+    idx = b.binary("arith.addi", b.splat(first, "i32", (window,)), lanes, w_i32)
+    valid = b.op(f"arith.cmpi sge, {idx}, {b.const(0, 'i32', (window,))} : {w_i32}")
+    flag_off = b.binary("arith.addi", b.binary("arith.muli", idx, b.splat(col_blocks, "i32", (window,)), w_i32),
+                        b.splat(pid, "i32", (window,)), w_i32)
+    flag_ptrs = _Addressing(b, (window,)).pointers(flags, "i32", flag_off)
+    state = b.op(f"tt.atomic_rmw add, acquire, gpu, {flag_ptrs}, {b.const(0, 'i32', (window,))}, {valid} "
+                 f": ({tensor_type((window,), '!tt.ptr<i32>')}, {w_i32}, {w_i1}) -> {w_i32}")
+    state = b.op(f"arith.select {valid}, {state}, {b.const(2, 'i32', (window,))} : {w_i1}, {w_i32}")  # before chunk 0: done
+    is_inc = b.op(f"arith.cmpi eq, {state}, {b.const(2, 'i32', (window,))} : {w_i32}")
+    last_inc = _fold_rows(b, b.op(f"arith.select {is_inc}, {idx}, {b.const(-window - 1, 'i32', (window,))} : {w_i1}, {w_i32}"),
+                          (window,), 0, "arith.maxsi", "i32")
+    after = b.op(f"arith.cmpi sgt, {idx}, {b.splat(last_inc, 'i32', (window,))} : {w_i32}")
+    unpublished = b.binary("arith.andi", after, b.op(f"arith.cmpi eq, {state}, {b.const(0, 'i32', (window,))} : {w_i32}"), w_i1)
+    waiting = _fold_rows(b, b.op(f"arith.extui {unpublished} : {w_i1} to {w_i32}"), (window,), 0, "arith.maxsi", "i32")
+    ready = b.op(f"arith.cmpi eq, {waiting}, {b.const(0, 'i32')} : i32")
+    step = b.fresh()
+    b.emit(f"{step}:{k + 2} = scf.if {ready} -> ({', '.join(loop_tys)}) {{")
+    b.indent += 1
+    use_inc = b.op(f"arith.cmpi eq, {idx}, {b.splat(last_inc, 'i32', (window,))} : {w_i32}")
+    use_inc_t = _broadcast_vector(b, use_inc, "i1", tile, axis=1)
+    inc_mask = b.binary("arith.andi", use_inc_t, col_mask_t, t_i1)
+    agg_mask = b.binary("arith.andi", _broadcast_vector(b, after, "i1", tile, axis=1), col_mask_t, t_i1)
+    off = b.binary("arith.addi", b.binary("arith.muli", _broadcast_vector(b, idx, "i32", tile, axis=1),
+                                          b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
+    records = []
+    for inc, agg, e in zip(incs, aggs, elems):
+        ptr_ty = tensor_type(tile, f"!tt.ptr<{memory_type(e)}>")
+        from_inc = b.op(f"tt.load {addr.pointers(inc, e, off)}, {inc_mask} {{isVolatile = true}} : {ptr_ty}")
+        from_agg = b.op(f"tt.load {addr.pointers(agg, e, off)}, {agg_mask} {{isVolatile = true}} : {ptr_ty}")
+        records.append(b.op(f"arith.select {use_inc_t}, {from_inc}, {from_agg} : {t_i1}, {tensor_type(tile, e)}"))
+    restart = b.op(f"arith.extui {use_inc_t} : {t_i1} to {t_i32}")
+    window_total = _last_rows(b, _segmented_scan(b, op, restart, records, elems, tile), elems, tile, last_lane)
+    combined = _combine_scalars(b, op, window_total, baccs, (block_c,))  # the window is the earlier part
+    new_accs = [b.op(f"arith.select {bhave}, {c}, {w} : {t}") for c, w, t in zip(combined, window_total, vec_tys)]
+    found = b.op(f"arith.cmpi sge, {last_inc}, {first} : i32")
+    new_j = b.op(f"arith.select {found}, {b.const(-1, 'i32')}, {b.binary('arith.subi', bj, b.const(window, 'i32'), 'i32')} : i32")
+    b.emit(f"scf.yield {new_j}, {', '.join(new_accs)}, {b.op('arith.constant true')} : {', '.join(loop_tys)}")
+    b.indent -= 1
+    b.emit("} else {")  # a chunk in the window has not published its total yet: look again
+    b.indent += 1
+    b.emit(f"scf.yield {bj}, {', '.join(baccs)}, {bhave} : {', '.join(loop_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    b.emit(f"scf.yield {', '.join(f'{step}#{i}' for i in range(k + 2))} : {', '.join(loop_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    return [f"{results}#{i + 1}" for i in range(k)]
+
+
+def _segmented_scan(b: KernelBuilder, op, restart: str, values: list[str], elems: list[str],
+                    shape: tuple[int, int]) -> list[str]:
+    """`tt.scan` along axis 0 with `op`'s combine, started afresh at each row where `restart`
+    (an i32 tile) is nonzero: rows before the last restart do not reach the last row."""
+    k = len(values)
+    tys = [tensor_type(shape, e) for e in ["i32", *elems]]
+    scanned, r1, r2 = b.fresh(), b.fresh(), b.fresh()
+    lhs, rhs = [b.fresh() for _ in elems], [b.fresh() for _ in elems]
+    b.emit(f'{scanned}:{k + 1} = "tt.scan"({restart}, {", ".join(values)}) <{{axis = 0 : i32, reverse = false}}> ({{')
+    b.emit(f"^bb0({r1}: i32, {', '.join(f'{v}: {e}' for v, e in zip(lhs, elems))}, "
+           f"{r2}: i32, {', '.join(f'{v}: {e}' for v, e in zip(rhs, elems))}):")
+    b.indent += 1
+    out = _combine_scalars(b, op, lhs, rhs, ())
+    again = b.op(f"arith.cmpi ne, {r2}, {b.const(0, 'i32')} : i32")
+    picked = [b.op(f"arith.select {again}, {r}, {o} : {e}") for r, o, e in zip(rhs, out, elems)]
+    b.emit(f"tt.scan.return {b.binary('arith.ori', r1, r2, 'i32')}, {', '.join(picked)} : i32, {', '.join(elems)}")
+    b.indent -= 1
+    b.emit(f"}}) : ({', '.join(tys)}) -> ({', '.join(tys)})")
+    return [f"{scanned}#{i + 1}" for i in range(k)]
 
 
 def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tuple[int, ...]) -> list[str]:

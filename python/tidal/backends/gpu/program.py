@@ -167,12 +167,6 @@ def _slices(offsets, sizes, strides):
     return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
 
 
-# An associative_scan's kernels: one chunk ("scan"), or reduce-then-scan over chunks (each chunk's
-# total, a scan of the totals, every chunk re-scanned from the total before it: "carried")
-SCAN_VARIANTS = {"scan": {}, "totals": {"store_y": False, "write_total": True},
-                 "scan_totals": {"in_scan_order": True}, "carried": {"carry_in": True}}
-
-
 class GpuProgram:
     """Call with CUDA tensors (the program's inputs, in order); returns its results."""
 
@@ -779,20 +773,22 @@ class GpuProgram:
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
 
-        def make(variant, block_t, block_c):
-            # the scanned chunk totals feed the re-scan: every component of them is stored
-            return K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, live=None if variant == "scan_totals" else live,
-                                 **SCAN_VARIANTS[variant])
+        def make(variant, block_t, block_c, aligned):
+            kernel_name = f"{name}_{variant}{'16' if aligned else ''}"
+            if variant == "lookback":
+                return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), live=live,
+                                              aligned=aligned)
+            return K.scan_kernel(op, kernel_name, block_t, block_c, live=live, aligned=aligned)
 
         variants = _Variants(self, make)
 
-        def launch(variant: str, block_t: int, block_c: int, grid, *args):
-            variants.compiled((variant, block_t, block_c))[grid](*args)
+        def launch(variant: str, block_t: int, block_c: int, aligned: bool, grid, *args):
+            variants.compiled((variant, block_t, block_c, aligned))[grid](*args)
 
         shape = list(_tensor_type(xs_values[0]).shape)
-        if _DYNAMIC not in shape:  # build the kernel now: --emit shows it
-            block_c, block_t = _scan_blocks(_prod(s for i, s in enumerate(shape) if i != dim))
-            variants.kernel(("scan", block_t, block_c))
+        if _DYNAMIC not in shape:  # build the kernels now: --emit shows them
+            sizes = [max(1, _tensor_type(v).element_type.maybe_downcast().width // 8) for v in xs_values]
+            variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes, aligned=True).key)
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
@@ -802,21 +798,18 @@ class GpuProgram:
             outs = [torch.empty_like(r) if used else None for r, used in zip(rows, live)]
             stored = [o for o in outs if o is not None]
             if length > 0 and width > 0:
-                block_c, block_t = _scan_blocks(width)
-                col_blocks = _cdiv(width, block_c)
-                # enough (column block, chunk) programs to fill the GPU: reduce-then-scan
-                chunk = max(4 * block_t, _cdiv(_cdiv(length, max(1, _PROGRAMS // col_blocks)), block_t) * block_t)
-                chunks = _cdiv(length, chunk)
-                if chunks == 1:
-                    launch("scan", block_t, block_c, (col_blocks, 1, 1), *rows, *stored, length, width, chunk)
+                plan = _ScanPlan(length, width, [r.element_size() for r in rows],
+                                 aligned=all(t.data_ptr() % 16 == 0 for t in [*rows, *stored]))
+                col_blocks = plan.col_blocks
+                if plan.form == "scan":
+                    launch(*plan.key, (col_blocks, 1, 1), *rows, *stored, length, width)
                 else:
-                    totals = [torch.empty(chunks, width, dtype=r.dtype, device=r.device) for r in rows]
-                    launch("totals", block_t, block_c, (col_blocks, chunks - 1, 1), *rows, *totals, length, width, chunk)
-                    scanned = [torch.empty_like(t) for t in totals]
-                    launch("scan_totals", block_t, block_c, (col_blocks, 1, 1), *totals, *scanned, chunks, width,
-                           _cdiv(chunks, block_t) * block_t)
-                    # chunk 0 with the others (alone it kept one program per column block busy while the GPU idled)
-                    launch("carried", block_t, block_c, (col_blocks, chunks, 1), *rows, *stored, *scanned, length, width, chunk)
+                    pieces = _cdiv(length, plan.block_t)
+                    state = torch.zeros(1 + pieces * col_blocks, dtype=torch.int32, device=rows[0].device)  # flags, counter
+                    aggs = [torch.empty(pieces, width, dtype=r.dtype, device=r.device) for r in rows]
+                    incs = [torch.empty_like(a) for a in aggs]
+                    launch(*plan.key, (pieces * col_blocks, 1, 1), *rows, *stored, *aggs, *incs, state[1:], state[:1],
+                           length, width, col_blocks)
             for r, o, x in zip(results, outs, xs):
                 env[r] = o.reshape(x.shape).movedim(0, dim) if o is not None else None
 
@@ -878,7 +871,37 @@ def _scalar_literal(text: str):
     return int(literal, 0)
 
 
-_PROGRAMS = 4 * 132  # programs that fill an H100/H200 (132 SMs) a few times over
+# A look-back chunk: a register tile of at most this many bytes of the scan's inputs (and at most
+# 8192 elements: past that the registers ran out). [1M, 16] f32 linear recurrence on the H100
+# (copy 2.97 TB/s): 64 KiB (512 rows) 127-135 us, 32 KiB 143-164 us; the three-kernel
+# reduce-then-scan it replaced 155-175 us.
+LOOKBACK_TILE_BYTES = 1 << 16
+
+
+class _ScanPlan:
+    """How an associative_scan of [length, width] rows runs: `form` "scan" (one program per
+    column block walks every row: too few rows to fill the GPU with chunks) or "lookback" (one
+    pass over chunks of `block_t` rows); `aligned`: the vector-access kernel variant (width a
+    multiple of 16 and the caller's pointers 16-byte aligned)."""
+
+    def __init__(self, length: int, width: int, elem_sizes: list[int], aligned: bool):
+        self.block_c, walk_t = _scan_blocks(width)
+        self.col_blocks = _cdiv(width, self.block_c)
+        elements = min(8192, LOOKBACK_TILE_BYTES // sum(elem_sizes))
+        tile_t = max(16, (1 << (elements.bit_length() - 1)) // self.block_c)
+        # a walk of at most 4 tiles: a look-back's chunk would be the whole scan
+        self.form = "scan" if length <= 4 * walk_t else "lookback"
+        self.block_t = walk_t if self.form == "scan" else tile_t
+        self.aligned = aligned and width % 16 == 0
+        self.key = (self.form, self.block_t, self.block_c, self.aligned)  # the kernel variant it launches
+
+
+def _lookback_window(block_c: int) -> int:
+    """Chunks looked back at per step: 32 for 16 columns, 16 for 64 (on the H100, [1M, 64]: 16
+    535 us, 32 564, 64 703)."""
+    return max(8, min(32, 1024 // block_c))
+
+
 # Split reductions: programs, elements of a row per tile, elements per tile, warps. Measured on the
 # H100, a full reduction of 4096x4096 f32 (cond_clamp's predicate; 64 MB): 528 programs of
 # 1024/2048 with 4 warps 44.8 us, 1056 programs of 2048/2048 with 8 warps 31.6 us (2.1 TB/s);
