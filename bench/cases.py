@@ -8,6 +8,8 @@ table shows, and how to summarise its rows. torch is imported only on the child 
 from __future__ import annotations
 
 import os
+import statistics
+import time
 
 BACKENDS = ("eager", "inductor", "tidal")
 
@@ -419,6 +421,33 @@ def _measure_shared(ctx, backend, program, inputs, ref, cache):
     return rec
 
 
+def copy_bandwidth(ctx) -> float:
+    """GB/s of a tensor copy on ctx.device (bytes read plus written; median of 10 copies after 3):
+    the memory-bound ceiling a scan's effective GB/s is read against. 256 MiB on a GPU (past its
+    L2), 64 MiB on the CPU (4 MiB with --quick)."""
+    import torch
+
+    n = (1 << 22 if ctx.quick else 1 << 24) if ctx.device == "cpu" else 1 << 26
+    x = torch.rand(n, device=ctx.device)
+    y = torch.empty_like(x)
+    times = []
+    for i in range(13):
+        if ctx.device == "cuda":  # device time: a host clock would add the launch and the sync
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            y.copy_(x)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            y.copy_(x)
+            seconds = time.perf_counter() - t0
+        if i >= 3:
+            times.append(seconds)
+    return 2 * x.numel() * x.element_size() / statistics.median(times) / 1e9
+
+
 def recurrence_inputs(p, device):
     """a in [0.9, 1), b normal, both [T, C] (a stable recurrence)."""
     import torch
@@ -434,10 +463,13 @@ class AssociativeScan(Case):
     description = (
         "16 channels, a, b of shape [T, 16] float32, combine ((a1, b1), (a2, b2)) -> (a1 a2, a2 b1 + b2), "
         "combine_mode='generic' on the CPU; on cuda 'pointwise' for eager and Inductor (which need it) and "
-        "'generic' for tidal (one HOP either way). Effective GB/s = bytes of a and b read plus h written / time."
+        "'generic' for tidal (one HOP either way). Effective GB/s = bytes of a and b read plus h written / time; "
+        "'% copy' = that against the copy bandwidth measured in the same process (a large tensor copied on "
+        "the same device, 256 MiB on a GPU; bytes read plus written)."
     )
     metrics = [("time_s", "ms", 1e3, "{:.3f}"), ("gb_per_s", "GB/s", 1.0, "{:.2f}"),
-               ("back_to_back_s", "ms b2b", 1e3, "{:.3f}"), ("gb_per_s_b2b", "GB/s b2b", 1.0, "{:.2f}")]
+               ("back_to_back_s", "ms b2b", 1e3, "{:.3f}"), ("gb_per_s_b2b", "GB/s b2b", 1.0, "{:.2f}"),
+               ("pct_of_copy_b2b", "% copy b2b", 1.0, "{:.0f}")]
     C = 16
 
     def lengths(self, quick, device="cpu"):
@@ -461,6 +493,7 @@ class AssociativeScan(Case):
 
         cuda_eager_mode = ctx.device == "cuda" and unit["backend"] != "tidal"
         program = linear_recurrence("pointwise" if cuda_eager_mode else "generic")
+        copy_gb_per_s = copy_bandwidth(ctx)
         for row, p in self.row_params(ctx.quick, ctx.device).items():
             a, b = recurrence_inputs(p, ctx.device)
             with torch.no_grad():
@@ -471,6 +504,8 @@ class AssociativeScan(Case):
                 rec["gb_per_s"] = nbytes / rec["time_s"] / 1e9
                 if "back_to_back_s" in rec:
                     rec["gb_per_s_b2b"] = nbytes / rec["back_to_back_s"] / 1e9
+                    rec["pct_of_copy_b2b"] = 100 * rec["gb_per_s_b2b"] / copy_gb_per_s
+                rec["copy_gb_per_s"] = copy_gb_per_s
             yield row, unit["column"], rec
 
 
