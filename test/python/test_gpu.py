@@ -156,6 +156,24 @@ def test_linear_recurrence_reverse_long(dtype):
     torch.testing.assert_close(got.cpu().double(), torch.from_numpy(ref), **_SCAN_TOLERANCES[dtype])
 
 
+
+def test_long_scan_of_booleans_and_doubles():
+    """Look-back records of a bool (stored as bytes) and an f64 component: a running "seen a
+    True" and a running sum over 300k rows of 16 columns (look-back chunks of 4 KiB-element
+    tiles), against cummax and cumsum."""
+    from torch._higher_order_ops import associative_scan
+
+    def seen_and_sum(x, y):
+        return associative_scan(lambda a, b: (a[0] | b[0], a[1] + b[1]), (x, y), dim=0, combine_mode="generic")
+
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.rand(300_000, 16, generator=gen) > 0.99999).cuda()
+    y = torch.randn(300_000, 16, generator=gen, dtype=torch.float64).cuda()
+    torch._dynamo.reset()
+    seen, total = torch.compile(seen_and_sum, backend="tidal", fullgraph=True, options=STRICT)(x, y)
+    torch.testing.assert_close(seen, torch.cummax(x.int(), 0).values.bool())
+    torch.testing.assert_close(total, torch.cumsum(y, 0))
+
 def test_long_scans_stay_right_across_launches_and_replays():
     """30 calls over new values in the same buffers (CUDA graph replays after the second), an f32
     recurrence whose running product nothing reads (never written) and an int32 running maximum,

@@ -80,9 +80,12 @@ class _Addressing:
         p = b.op(f"tt.splat {ptr} : !tt.ptr<{mem}> -> {ptr_ty}")
         return b.op(f"tt.addptr {p}, {off} : {ptr_ty}, {tensor_type(shape, 'i32')}")
 
-    def load(self, ptrs: str, elem: str, mask: str) -> str:
+    def load(self, ptrs: str, elem: str, mask: str, volatile: bool = False) -> str:
+        """`volatile`: past L1, for values other programs store during this launch (L1 is not
+        coherent with other SMs' stores)."""
         mem = memory_type(elem)
-        value = self.b.op(f"tt.load {ptrs}, {mask} : {tensor_type(self.shape, f'!tt.ptr<{mem}>')}")
+        attrs = " {isVolatile = true}" if volatile else ""
+        value = self.b.op(f"tt.load {ptrs}, {mask}{attrs} : {tensor_type(self.shape, f'!tt.ptr<{mem}>')}")
         if mem != elem:  # a byte per boolean
             value = self.b.op(f"arith.cmpi ne, {value}, {self.b.const(0, mem, self.shape)} : {tensor_type(self.shape, mem)}")
         return value
@@ -486,11 +489,7 @@ def _fold_partials(b, combiners, elems, parts, init_ptrs, inits, res, arrivals, 
     addr = _Addressing(b, tile)
     new = []
     for j, (c, elem) in enumerate(zip(combiners, elems)):
-        mem = memory_type(elem)
-        ptrs = addr.pointers(parts[j], elem, off)
-        value = b.op(f"tt.load {ptrs}, {mask} {{isVolatile = true}} : {tensor_type(tile, f'!tt.ptr<{mem}>')}")
-        if mem != elem:
-            value = b.op(f"arith.cmpi ne, {value}, {b.const(0, mem, tile)} : {tensor_type(tile, mem)}")
+        value = addr.load(addr.pointers(parts[j], elem, off), elem, mask, volatile=True)
         value = b.op(f"arith.select {mask}, {value}, {identity(c, elem, tile)} : {tensor_type(tile, 'i1')}, {acc_tys[j]}")
         new.append(b.binary(c.operation.name, iters[j], value, acc_tys[j]))
     b.emit(f"scf.yield {', '.join(new)} : {', '.join(acc_tys)}")
@@ -803,9 +802,8 @@ def _look_back(b: KernelBuilder, op, elems: list[str], aggs: list[str], incs: li
                                           b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
     records = []
     for inc, agg, e in zip(incs, aggs, elems):
-        ptr_ty = tensor_type(tile, f"!tt.ptr<{memory_type(e)}>")
-        from_inc = b.op(f"tt.load {addr.pointers(inc, e, off)}, {inc_mask} {{isVolatile = true}} : {ptr_ty}")
-        from_agg = b.op(f"tt.load {addr.pointers(agg, e, off)}, {agg_mask} {{isVolatile = true}} : {ptr_ty}")
+        from_inc = addr.load(addr.pointers(inc, e, off), e, inc_mask, volatile=True)
+        from_agg = addr.load(addr.pointers(agg, e, off), e, agg_mask, volatile=True)
         records.append(b.op(f"arith.select {use_inc_t}, {from_inc}, {from_agg} : {t_i1}, {tensor_type(tile, e)}"))
     restart = b.op(f"arith.extui {use_inc_t} : {t_i1} to {t_i32}")
     window_total = _last_rows(b, _segmented_scan(b, op, restart, records, elems, tile), elems, tile, last_lane)
