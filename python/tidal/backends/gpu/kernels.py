@@ -657,19 +657,24 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, 
     a multiple of 16 and every pointer 16-byte aligned, so a row's columns are read and written
     as vectors (with C a plain argument Triton cannot know the rows stay aligned: one element per
     access)."""
-    k = ir.IntegerAttr(op.attributes["num_xs"]).value
-    reverse = ir.BoolAttr(op.attributes["reverse"]).value
-    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
-    b = KernelBuilder(name)
-    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
-    live = live or (True,) * k
-    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live))]
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     length, width = b.scalar_arg("T"), b.scalar_arg("C", divisible=aligned)
     c_i32 = tensor_type((block_c,), "i32")
     c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
     _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse).run(b.const(0, "i32"), length, ys)
     return b.text()
+
+
+def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None):
+    """A scan kernel's builder and first arguments: (builder, element types, x pointers, y
+    pointers (None for outputs nothing reads), reverse)."""
+    k = ir.IntegerAttr(op.attributes["num_xs"]).value
+    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
+    b = KernelBuilder(name)
+    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
+    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live or (True,) * k))]
+    return b, elems, xs, ys, ir.BoolAttr(op.attributes["reverse"]).value
 
 
 def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
@@ -692,13 +697,7 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     reading: acquire atomics on the flags, then volatile loads (past L1, which other SMs' stores
     do not update). `flags` and `counter` are zero at launch (the caller zeroes them). `aligned`:
     as `scan_kernel`'s."""
-    k = ir.IntegerAttr(op.attributes["num_xs"]).value
-    reverse = ir.BoolAttr(op.attributes["reverse"]).value
-    elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
-    b = KernelBuilder(name)
-    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
-    live = live or (True,) * k
-    ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live))]
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
     flags, counter = b.pointer_arg("flags", "i32"), b.pointer_arg("counter", "i32")
