@@ -293,3 +293,31 @@ def test_a_scan_whose_weights_do_not_fit_on_chip_runs_as_the_host_loop():
     assert kernels and not any("scan_rows" in k.name for k in kernels), [k.name for k in kernels]
     for k in kernels:
         assert "scf.for" not in kernel_asm(k, "ttir", ("cuda", 90))
+
+
+def test_a_tensor_past_32_bit_offsets_is_refused_with_its_source_line():
+    """Every GPU kernel indexes with 32-bit offsets: a launch whose tensor spans 2^31 elements or
+    more (by its size, or by its strides: one column of a wide matrix) raises with the op's
+    source line instead of reading wrapped-around addresses; a broadcast (stride 0) is fine.
+    Meta tensors: shapes and strides without memory."""
+    import torch
+
+    from tidal.backends.gpu.program import _launch
+    from tidal.diagnostics import TidalUnsupported
+
+    launched = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args: launched.append((grid, len(args)))
+
+    program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    fine = [torch.empty(4096, 16, device="meta"), torch.empty(1, device="meta").expand(1 << 32), 7]
+    _launch(Kernel(), (3, 1, 1), fine, op)
+    assert launched == [((3, 1, 1), 3)]
+    for tensor in (torch.empty(1 << 31, dtype=torch.uint8, device="meta"), torch.empty(1 << 16, 1 << 16, device="meta")[:, 0]):
+        with pytest.raises(TidalUnsupported, match="32-bit offsets") as raised:
+            _launch(Kernel(), (1, 1, 1), [tensor], op)
+        assert re.match(r".*s5_linear_recurrence\.py:\d+:\d+: error: GPU backend: a tensor of shape", raised.value.format())
+    assert len(launched) == 1

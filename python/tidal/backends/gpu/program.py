@@ -364,7 +364,7 @@ class GpuProgram:
                 counters = arrivals[(device, programs_p)] = torch.zeros(programs_p, dtype=torch.int32, device=device)
             args = _operand_args(tensors, captured, captured_scalar, env)
             args += [*parts, *init_args, *res, counters, *sizes, rows, red, per_split, splits]
-            variants.compiled(key)[(programs_p, splits, 1)](*args)
+            _launch(variants.compiled(key), (programs_p, splits, 1), args, op)
             for r, o, total in zip(results, outs, res):
                 env[r] = total.reshape(out_shape(env, o))
 
@@ -401,7 +401,7 @@ class GpuProgram:
             if numel > 0:
                 written = [tensors[len(ins) + j] if reads else r for j, (reads, r) in enumerate(zip(launch.reads_init, res))]
                 key = _layout(launch.flat_reads, [*tensors[: len(ins)], *written], numel)
-                variants.compiled(key)[(_cdiv(numel, block), 1, 1)](*args)
+                _launch(variants.compiled(key), (_cdiv(numel, block), 1, 1), args, op)
             for r, t in zip(results, res):
                 env[r] = t
 
@@ -690,7 +690,7 @@ class GpuProgram:
                 compiled = compile_kernel(launch.kernel)
             tensors = [env[v].contiguous() for v in launch.operands]
             outs = [torch.empty(s, dtype=torch.float32, device="cuda") for s in shapes]
-            compiled[launch.grid](*tensors, *outs)  # final carries, then ys
+            _launch(compiled, launch.grid, [*tensors, *outs], op)  # final carries, then ys
             for r, t in zip(results, outs):
                 env[r] = t
 
@@ -731,7 +731,7 @@ class GpuProgram:
                 compiled = compile_kernel(launch.kernel)
             tensors = [env[v].contiguous() for v in operands]
             outs = [torch.empty_like(t) for t in tensors[:n]]
-            compiled[(max(1, _cdiv(numel, launch.block)), 1, 1)](*tensors, *outs, numel)
+            _launch(compiled, (max(1, _cdiv(numel, launch.block)), 1, 1), [*tensors, *outs, numel], op)
             for r, t in zip(results, outs):
                 env[r] = t
 
@@ -783,7 +783,7 @@ class GpuProgram:
         variants = _Variants(self, make)
 
         def launch(variant: str, block_t: int, block_c: int, aligned: bool, grid, *args):
-            variants.compiled((variant, block_t, block_c, aligned))[grid](*args)
+            _launch(variants.compiled((variant, block_t, block_c, aligned)), grid, args, op)
 
         shape = list(_tensor_type(xs_values[0]).shape)
         if _DYNAMIC not in shape:  # build the kernels now: --emit shows them
@@ -820,6 +820,29 @@ class GpuProgram:
         at the program's static shapes)."""
         return list(self.kernels)
 
+
+def _launch(compiled, grid, args: list, op) -> None:
+    """`compiled` on `grid`. Every kernel indexes its tensors with 32-bit offsets: a tensor whose
+    last element lies 2^31 or more elements past its first is refused, with the op's source
+    line, rather than indexed wrapped around (there are no 64-bit offset variants yet)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and _span(a) > _INT32_MAX:
+            raise TidalUnsupported(
+                f"GPU backend: a tensor of shape {list(a.shape)} and strides {list(a.stride())} spans 2^31 elements or "
+                "more; tidal's GPU kernels index with 32-bit offsets (split the work, or run this graph on the CPU)",
+                op.location)
+    compiled[grid](*args)
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to its last, both counted (0 when empty)."""
+    n = t.numel()
+    if n == 0 or (n <= _INT32_MAX and t.is_contiguous()):
+        return n
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
 
 def _operand_args(inputs, captured, captured_scalar, env) -> list:
     """Kernel arguments of a generic's inputs and of the values its body reads from above: each
