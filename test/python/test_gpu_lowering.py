@@ -53,29 +53,24 @@ def test_long_associative_scan_is_one_look_back_kernel():
     """A scan long enough to fill the GPU with chunks runs in one pass: each program scans one
     register tile, publishes its total (release), and looks back at a WINDOW of earlier chunks
     per step (acquire atomics on a vector of flags, volatile record loads, one segmented
-    `tt.scan` restarting at the nearest inclusive prefix). Rows of 16 columns are read and
-    written as 16-byte vectors only in the aligned variant; the plan takes it for [1M, 16]."""
+    `tt.scan` restarting at the nearest inclusive prefix)."""
     from tidal.backends.gpu import kernels as K
     from tidal.backends.gpu.program import _lookback_window, _ScanPlan
 
-    plan = _ScanPlan(1 << 20, 16, [4, 4], aligned=True)
-    assert plan.key == ("lookback", 512, 16, True) and _lookback_window(16) == 32
-    assert _ScanPlan(256, 16, [4, 4], aligned=True).form == "scan"
-    assert not _ScanPlan(1 << 20, 24, [4, 4], aligned=True).aligned  # rows of 24: no vector alignment
+    assert _ScanPlan(1 << 20, 16, [4, 4]).key == ("lookback", 512, 16) and _lookback_window(16) == 32
+    assert _ScanPlan(256, 16, [4, 4]).form == "scan"
 
     program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
     (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
-    for aligned in (False, True):
-        kernel = K.lookback_scan_kernel(op, "look_back", 512, 16, 32, live=(False, True), aligned=aligned)
-        ttir = kernel_asm(kernel, "ttir", ("cuda", 90))
-        assert re.search(r"tt\.atomic_rmw add, acquire, gpu, %\w+, %\w+, %\w+ : \(tensor<32x!tt\.ptr<i32>>", ttir), ttir
-        assert re.search(r"tt\.atomic_rmw exch, release, gpu", ttir)
-        # the restart flags and the two records: one scan over the window
-        assert re.search(r'"tt\.scan"\(%\w+, %\w+, %\w+\) <\{axis = 0 : i32, reverse = false\}>', ttir), ttir
-        assert "isVolatile = true" in ttir
-        ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
-        assert ".entry look_back(" in ptx and "atom.global.gpu.release.exch" in ptx
-        assert ("ld.global.v4.b32" in ptx) == aligned
+    kernel = K.lookback_scan_kernel(op, "look_back", 512, 16, 32, live=(False, True))
+    ttir = kernel_asm(kernel, "ttir", ("cuda", 90))
+    assert re.search(r"tt\.atomic_rmw add, acquire, gpu, %\w+, %\w+, %\w+ : \(tensor<32x!tt\.ptr<i32>>", ttir), ttir
+    assert re.search(r"tt\.atomic_rmw exch, release, gpu", ttir)
+    # the restart flags and the two records: one scan over the window
+    assert re.search(r'"tt\.scan"\(%\w+, %\w+, %\w+\) <\{axis = 0 : i32, reverse = false\}>', ttir), ttir
+    assert "isVolatile = true" in ttir
+    ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
+    assert ".entry look_back(" in ptx and "atom.global.gpu.release.exch" in ptx
 
 
 def _walk(op):

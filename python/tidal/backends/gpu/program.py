@@ -773,22 +773,20 @@ class GpuProgram:
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
 
-        def make(variant, block_t, block_c, aligned):
-            kernel_name = f"{name}_{variant}{'16' if aligned else ''}"
+        def make(variant, block_t, block_c):
             if variant == "lookback":
-                return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), live=live,
-                                              aligned=aligned)
-            return K.scan_kernel(op, kernel_name, block_t, block_c, live=live, aligned=aligned)
+                return K.lookback_scan_kernel(op, f"{name}_{variant}", block_t, block_c, _lookback_window(block_c), live=live)
+            return K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, live=live)
 
         variants = _Variants(self, make)
 
-        def launch(variant: str, block_t: int, block_c: int, aligned: bool, grid, *args):
-            _launch(variants.compiled((variant, block_t, block_c, aligned)), grid, args, op)
+        def launch(variant: str, block_t: int, block_c: int, grid, *args):
+            _launch(variants.compiled((variant, block_t, block_c)), grid, args, op)
 
         shape = list(_tensor_type(xs_values[0]).shape)
         if _DYNAMIC not in shape:  # build the kernels now: --emit shows them
             sizes = [max(1, _tensor_type(v).element_type.maybe_downcast().width // 8) for v in xs_values]
-            variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes, aligned=True).key)
+            variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key)
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
@@ -798,8 +796,7 @@ class GpuProgram:
             outs = [torch.empty_like(r) if used else None for r, used in zip(rows, live)]
             stored = [o for o in outs if o is not None]
             if length > 0 and width > 0:
-                plan = _ScanPlan(length, width, [r.element_size() for r in rows],
-                                 aligned=all(t.data_ptr() % 16 == 0 for t in [*rows, *stored]))
+                plan = _ScanPlan(length, width, [r.element_size() for r in rows])
                 col_blocks = plan.col_blocks
                 if plan.form == "scan":
                     launch(*plan.key, (col_blocks, 1, 1), *rows, *stored, length, width)
@@ -904,10 +901,9 @@ LOOKBACK_TILE_BYTES = 1 << 16
 class _ScanPlan:
     """How an associative_scan of [length, width] rows runs: `form` "scan" (one program per
     column block walks every row: too few rows to fill the GPU with chunks) or "lookback" (one
-    pass over chunks of `block_t` rows); `aligned`: the vector-access kernel variant (width a
-    multiple of 16 and the caller's pointers 16-byte aligned)."""
+    pass over chunks of `block_t` rows)."""
 
-    def __init__(self, length: int, width: int, elem_sizes: list[int], aligned: bool):
+    def __init__(self, length: int, width: int, elem_sizes: list[int]):
         self.block_c, walk_t = _scan_blocks(width)
         self.col_blocks = _cdiv(width, self.block_c)
         elements = min(8192, LOOKBACK_TILE_BYTES // sum(elem_sizes))
@@ -915,13 +911,12 @@ class _ScanPlan:
         # a walk of at most 4 tiles: a look-back's chunk would be the whole scan
         self.form = "scan" if length <= 4 * walk_t else "lookback"
         self.block_t = walk_t if self.form == "scan" else tile_t
-        self.aligned = aligned and width % 16 == 0
-        self.key = (self.form, self.block_t, self.block_c, self.aligned)  # the kernel variant it launches
+        self.key = (self.form, self.block_t, self.block_c)  # the kernel variant it launches
 
 
 def _lookback_window(block_c: int) -> int:
-    """Chunks looked back at per step: 32 for 16 columns, 16 for 64 (on the H100, [1M, 64]: 16
-    535 us, 32 564, 64 703)."""
+    """Chunks looked back at per step: 32 for 16 columns, 16 for 64 (on the H100, [1M, 64] read
+    with vector loads: 16 535 us, 32 564, 64 703)."""
     return max(8, min(32, 1024 // block_c))
 
 
