@@ -114,7 +114,7 @@ _SCAN_TOLERANCES = {torch.float64: {}, torch.float32: {"rtol": 1e-4, "atol": 1e-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_linear_recurrence_over_many_chunks_and_columns(dtype):
     """The scan kernels' tiles, look-back chunks and column blocks: T and C not multiples of the
-    blocks (130 columns: three column blocks of look-back chunks, rows not vector-aligned)."""
+    blocks (130 columns: three column blocks of look-back chunks)."""
     from torch._higher_order_ops import associative_scan
 
     def recurrence(a, b):
