@@ -7,6 +7,7 @@ import functools
 import threading
 
 import torch
+from torch._C._dynamo.guards import _empty_strided_cpu
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
@@ -187,14 +188,11 @@ def _with_forwarded(plan, computed: list[torch.Tensor], inputs: list[torch.Tenso
 
 
 def _result_allocator(sig: TensorSig):
-    """A function making a fresh contiguous tensor for a static result. `empty_like` of an
-    expanded 0-d tensor takes half the time of `torch.empty(shape, dtype=...)` (0.6 against 1.2
-    µs: no shape to parse), which matters for a small graph called in a loop."""
-    template = torch.empty((), dtype=sig.dtype).expand(sig.shape)
-    probe = torch.empty_like(template)
-    if probe.stride() != tuple(contiguous_strides(sig.shape)):  # all-1 shapes keep the 0 strides
-        return functools.partial(torch.empty, sig.shape, dtype=sig.dtype)
-    return functools.partial(torch.empty_like, template)
+    """A function making a fresh contiguous tensor for a static result: the allocator Inductor's
+    generated code calls (0.37 µs for a small tensor, where `empty_like` of an expanded 0-d
+    template takes 0.70 and `torch.empty(shape, dtype=...)` 1.1: a small graph called in a loop
+    allocates every result on every call)."""
+    return functools.partial(_empty_strided_cpu, tuple(sig.shape), tuple(contiguous_strides(sig.shape)), sig.dtype)
 
 
 def _shape_matches(t: torch.Tensor, sig: TensorSig) -> bool:
