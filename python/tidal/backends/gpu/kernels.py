@@ -628,9 +628,9 @@ class _RowsScan:
                 self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
         return _last_rows(b, values, elems, tile, self.last_row)
 
-    def run(self, begin: str, end: str, ys: list) -> list[str]:
-        """The rows' scan, stored to `ys` (None entries: not stored); returns the last row
-        (meaningless when the rows end in padding: a partial last tile)."""
+    def run(self, begin: str, end: str, ys: list) -> None:
+        """The rows' scan, stored to `ys` (None entries: not stored); each tile's last row carries
+        into the next."""
         b, k = self.b, len(self.elems)
         first = self._tile(begin, end, ys, None, None)
         carry_tys = [tensor_type((self.block_c,), e) for e in self.elems]
@@ -645,7 +645,6 @@ class _RowsScan:
         b.emit(f"scf.yield {', '.join(new)} : {', '.join(carry_tys)}")
         b.indent -= 1
         b.emit("}")
-        return [f"{results}#{i}" for i in range(k)]
 
 
 def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, ...] | None = None) -> Kernel:
