@@ -56,7 +56,10 @@ def cache_key(linalg_ir: str, func_name: str, pipeline: str) -> str:
     from tidal import __version__
 
     h = hashlib.sha256()
-    for part in (str(CACHE_FORMAT), __version__, torch.__version__, _compiler_fingerprint(), pipeline, func_name, linalg_ir):
+    from tidal.backends import gemm_kernel
+
+    gemm = f"gemm_kernel={gemm_kernel.wanted()}"  # TIDAL_GEMM changes the code, not the IR
+    for part in (str(CACHE_FORMAT), __version__, torch.__version__, _compiler_fingerprint(), gemm, pipeline, func_name, linalg_ir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
