@@ -1,35 +1,70 @@
 // RUN: env TIDAL_GEMM=tidal tidal-opt %s --pass-pipeline='builtin.module(tidal-matmul-to-blas)' | filecheck %s
 // RUN: env TIDAL_GEMM=blas tidal-opt %s --pass-pipeline='builtin.module(tidal-matmul-to-blas)' | filecheck %s --check-prefix=BLAS
-// RUN: env TIDAL_GEMM=tidal tidal-opt %s --pass-pipeline='builtin.module(tidal-matmul-to-blas, convert-scf-to-cf, expand-strided-metadata, convert-vector-to-llvm, finalize-memref-to-llvm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, reconcile-unrealized-casts, tidal-llvm-contract)' | filecheck %s --check-prefix=LLVM
+// RUN: env TIDAL_GEMM=tidal tidal-opt %s --pass-pipeline='builtin.module(tidal-matmul-to-blas, tidal-forall-to-threads, scf-forall-to-for, convert-scf-to-cf, expand-strided-metadata, convert-vector-to-llvm, finalize-memref-to-llvm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, reconcile-unrealized-casts, tidal-llvm-contract)' | filecheck %s --check-prefix=LLVM
 // With tidal's gemm kernel wanted (TIDAL_GEMM=tidal; by default on AVX-512 CPUs not made by
-// Intel, where MKL runs its AVX2 code), the f32 shim sends a B read untransposed ('N' = 78) to
-// @tidal_sgemm_tiles and the rest to MKL. The kernel keeps an 8x32 tile of C in sixteen 16-lane
-// accumulators through the k loop: per k, two vector loads of B's row and eight broadcast elements
-// of A; columns past the last full block of 32 are masked, rows past the last block of 8 go one
-// at a time. f64 stays with BLAS.
+// Intel, where MKL runs its AVX2 code), the f32 shim sends B read untransposed ('N' = 78) to
+// @tidal_sgemm_tiles, B stored transposed with k <= 2048 to @tidal_sgemm_tiles_bt (which packs
+// each 32 columns of Bᵀ into a stack panel), and the rest to MKL. Each splits a gemm of at least
+// 2^19 multiply-adds over the thread team (by column blocks, or row blocks when there is one
+// column block), and its part keeps an 8x32 tile of C in sixteen 16-lane accumulators through
+// the k loop: per k, two vector loads of B's row and eight broadcast elements of A; columns past
+// the last full block of 32 are masked, rows past the last block of 8 go one at a time. f64
+// stays with BLAS.
 
 // CHECK-LABEL: func.func private @tidal_sgemm_rowmajor(
-// CHECK-SAME:    %[[TA:[^:]+]]: i8, %[[TB:[^:]+]]: i8
+// CHECK-SAME:    %[[TA:[^:]+]]: i8, %[[TB:[^:]+]]: i8, %{{[^:]+}}: i64, %{{[^:]+}}: i64, %[[K:[^:]+]]: i64
 // CHECK:         %[[N:.+]] = arith.constant 78 : i8
 // CHECK:         %[[UNTRANSPOSED:.+]] = arith.cmpi eq, %[[TB]], %[[N]] : i8
+// CHECK:         %[[MAXK:.+]] = arith.constant 2048 : i64
+// CHECK:         %[[SHORT:.+]] = arith.cmpi sle, %[[K]], %[[MAXK]] : i64
 // CHECK:         scf.if %[[UNTRANSPOSED]] {
 // CHECK-NEXT:      func.call @tidal_sgemm_tiles(%[[TA]],
 // CHECK:         } else {
-// CHECK-NEXT:      func.call @tidal_sgemm_blas(%[[TA]], %[[TB]],
-// CHECK:       func.func private @tidal_sgemm_tiles(
-// CHECK:         scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c32_i64
-// CHECK:           scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8_i64
-// CHECK:             %[[INIT:.+]]:16 = scf.if
-// CHECK:             scf.for {{.+}} iter_args({{.+}}) -> (vector<16xf32>, {{.+}}) : i64 {
-// CHECK-COUNT-2:       llvm.load %{{.+}} -> vector<16xf32>
-// CHECK-COUNT-8:       vector.fma
-// CHECK-COUNT-8:       vector.fma
-// CHECK:               scf.yield
+// CHECK-NEXT:      scf.if %[[SHORT]] {
+// CHECK-NEXT:        func.call @tidal_sgemm_tiles_bt(%[[TA]],
+// CHECK:           } else {
+// CHECK-NEXT:        func.call @tidal_sgemm_blas(%[[TA]], %[[TB]],
+
+// CHECK:       func.func private @tidal_sgemm_tiles_bt(
+// CHECK:         call @omp_get_max_threads()
+// CHECK:         %[[MIN:.+]] = arith.constant 524288 : i64
+// CHECK:         arith.cmpi sge, %{{.+}}, %[[MIN]] : i64
+// CHECK:         scf.if
+// CHECK:           scf.forall
+// CHECK:             func.call @tidal_sgemm_tiles_bt_part(
+// CHECK:             func.call @tidal_sgemm_tiles_bt_part(
+// CHECK:         } else {
+// CHECK-NEXT:      func.call @tidal_sgemm_tiles_bt_part(
+// CHECK:       func.func private @tidal_sgemm_tiles_bt_part(
+// CHECK:         llvm.alloca %{{.+}} x f32 {alignment = 64 : i64}
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK-COUNT-16:    llvm.intr.masked.load
+// CHECK-COUNT-64:    vector.shuffle
 // CHECK-COUNT-16:    llvm.store %{{.+}} : vector<16xf32>, !llvm.ptr
-// CHECK:         scf.if %{{.+}} {
-// CHECK:           arith.cmpi slt, %{{.+}} : vector<16xi64>
-// CHECK:           llvm.intr.masked.load
-// CHECK:           llvm.intr.masked.store
+// CHECK:           }
+// CHECK:           scf.for
+// CHECK-COUNT-16:    llvm.intr.masked.load
+// CHECK-COUNT-64:    vector.shuffle
+
+// CHECK:       func.func private @tidal_sgemm_tiles(
+// CHECK:         scf.forall
+// CHECK:             func.call @tidal_sgemm_tiles_part(
+// CHECK:       func.func private @tidal_sgemm_tiles_part(
+// CHECK:         scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c32_i64
+// CHECK:           scf.if
+// CHECK:             scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8_i64
+// CHECK:               %[[INIT:.+]]:16 = scf.if
+// CHECK:               scf.for {{.+}} iter_args({{.+}}) -> (vector<16xf32>, {{.+}}) : i64 {
+// CHECK-COUNT-2:         llvm.load %{{.+}} -> vector<16xf32>
+// CHECK-COUNT-8:         vector.fma
+// CHECK-COUNT-8:         vector.fma
+// CHECK:                 scf.yield
+// CHECK-COUNT-16:      llvm.store %{{.+}} : vector<16xf32>, !llvm.ptr
+// CHECK:           } else {
+// CHECK:             arith.cmpi slt, %{{.+}} : vector<16xi64>
+// CHECK:             llvm.intr.masked.load
+// CHECK:             llvm.intr.masked.store
 // CHECK:       func.func private @tidal_sgemm_blas(
 // CHECK:         llvm.call @sgemm_(
 // CHECK-LABEL: func.func @nn
@@ -43,7 +78,8 @@
 
 // The kernel lowers to LLVM (the CPU pipeline's conversions after tidal-matmul-to-blas) as
 // AVX-512-width vector code.
-// LLVM: llvm.func @tidal_sgemm_tiles(
+// LLVM: llvm.call @GOMP_parallel
+// LLVM: llvm.func @tidal_sgemm_tiles_part(
 // LLVM: llvm.intr.fmuladd({{.+}}) : (vector<16xf32>, vector<16xf32>, vector<16xf32>) -> vector<16xf32>
 // LLVM: llvm.intr.masked.load
 

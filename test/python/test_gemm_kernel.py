@@ -15,47 +15,60 @@ _ARG_TYPES = [ctypes.c_int8] + [ctypes.c_int64] * 7 + [ctypes.c_float] + [ctypes
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The kernel alone, JIT-compiled and called through its packed wrapper."""
-    from torch_mlir import ir, passmanager
+    """The kernel alone, JIT-compiled (its team split on libgomp threads, as in a program) and
+    called through its packed wrapper."""
+    from torch_mlir import ir
     from torch_mlir.execution_engine import ExecutionEngine
 
-    with ir.Context():
-        module = ir.Module.parse(gemm_kernel.kernel_text().replace("func.func private", "func.func", 1))
-        passmanager.PassManager.parse(
-            "builtin.module(convert-scf-to-cf, convert-vector-to-llvm, convert-arith-to-llvm, "
-            "convert-func-to-llvm, convert-cf-to-llvm, reconcile-unrealized-casts)"
-        ).run(module.operation)
-        engine = ExecutionEngine(module, opt_level=3, shared_libs=[])
-        packed = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.raw_lookup(gemm_kernel.NAME))
+    import tidal.init_all  # noqa: F401
+    from tidal.context import make_context
+    from tidal.passes.pipeline import run_pipeline
+    from tidal.runtime import externs
 
-    def call(*args):
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.parse(gemm_kernel.kernel_text().replace("func.func private @tidal", "func.func @tidal"))
+        run_pipeline(module.operation, "builtin.module(tidal-forall-to-threads, scf-forall-to-for, convert-scf-to-cf, "
+                     "convert-vector-to-llvm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
+                     "reconcile-unrealized-casts)", ctx)
+        assert str(module).count("llvm.call @GOMP_parallel") == 2  # each variant starts the team
+        engine = ExecutionEngine(module, opt_level=3, shared_libs=[])
+        for name, address in externs.addresses().items():
+            engine.raw_register_runtime(name, ctypes.c_void_p(address))
+        packed = {name: ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.raw_lookup(name))
+                  for name in (gemm_kernel.NAME, gemm_kernel.NAME_B_TRANSPOSED)}
+
+    def call(*args, b_transposed=False):
         values = [t(v) for t, v in zip(_ARG_TYPES, args)]
-        packed((ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values]))
+        fn = packed[gemm_kernel.NAME_B_TRANSPOSED if b_transposed else gemm_kernel.NAME]
+        fn((ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values]))
 
     call.engine = engine  # keeps the code alive
     return call
 
 
-def _gemm(kernel, m, n, k, *, trans_a=False, beta=1.0, pad=0, seed=0):
-    """Runs C = op(A)·B + beta·C on matrices whose rows are `pad` elements longer than used;
+def _gemm(kernel, m, n, k, *, trans_a=False, trans_b=False, beta=1.0, pad=0, seed=0):
+    """Runs C = op(A)·op(B) + beta·C on matrices whose rows are `pad` elements longer than used;
     returns (result, float64 reference) over the used part."""
     g = torch.Generator().manual_seed(seed)
     a_rows, a_cols = (k, m) if trans_a else (m, k)
     a = torch.randn(a_rows, a_cols + pad, generator=g)[:, :a_cols]
-    b = torch.randn(k, n + pad, generator=g)[:, :n]
+    b_rows, b_cols = (n, k) if trans_b else (k, n)
+    b = torch.randn(b_rows, b_cols + pad, generator=g)[:, :b_cols]
     c = torch.randn(m, n + pad, generator=g)
     if beta == 0.0:
         c.fill_(math.nan)  # beta = 0 must not read C
     used = c[:, :n]
-    op_a = a.t() if trans_a else a
-    expected = op_a.double() @ b.double() + (0.0 if beta == 0.0 else beta * used.double())
+    op_a, op_b = a.t() if trans_a else a, b.t() if trans_b else b
+    expected = op_a.double() @ op_b.double() + (0.0 if beta == 0.0 else beta * used.double())
     kernel(84 if trans_a else 78, m, n, k, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), beta,
-           c.data_ptr(), c.stride(0))
+           c.data_ptr(), c.stride(0), b_transposed=trans_b)
     if pad:
         assert torch.isnan(c[:, n:]).all() if beta == 0.0 else True  # nothing past n is written
     return used, expected
 
 
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
 @pytest.mark.parametrize("trans_a", [False, True], ids=["A", "At"])
 @pytest.mark.parametrize("beta", [1.0, 0.0, 0.5])
 @pytest.mark.parametrize("m,n,k", [
@@ -64,26 +77,50 @@ def _gemm(kernel, m, n, k, *, trans_a=False, beta=1.0, pad=0, seed=0):
     (8, 32, 1),
     (1, 7, 3),       # only tails
     (9, 33, 64),     # one row and one column past full tiles
-    (16, 16, 300),   # half a column block, long k
+    (16, 16, 300),   # half a column block, long k (Bᵀ: a k tail in the packed panel)
+    (64, 100, 17),   # Bᵀ: one 16x16 block and a one-row k tail
     (3, 64, 0),      # k = 0: C = beta·C
 ])
-def test_values(kernel, m, n, k, trans_a, beta):
-    got, expected = _gemm(kernel, m, n, k, trans_a=trans_a, beta=beta)
+def test_values(kernel, m, n, k, trans_a, trans_b, beta):
+    got, expected = _gemm(kernel, m, n, k, trans_a=trans_a, trans_b=trans_b, beta=beta)
     assert not torch.isnan(got).any()
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5 * max(1, k) ** 0.5)
 
 
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
 @pytest.mark.parametrize("trans_a", [False, True], ids=["A", "At"])
-def test_padded_leading_dimensions(kernel, trans_a):
+def test_padded_leading_dimensions(kernel, trans_a, trans_b):
     for beta in (1.0, 0.0):
-        got, expected = _gemm(kernel, 21, 50, 33, trans_a=trans_a, beta=beta, pad=5, seed=1)
+        got, expected = _gemm(kernel, 21, 50, 33, trans_a=trans_a, trans_b=trans_b, beta=beta, pad=5, seed=1)
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
 
 
-def test_empty_shapes_touch_nothing(kernel):
+@pytest.fixture
+def threads():
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
+@pytest.mark.parametrize("m,n,k", [
+    (64, 200, 64),   # 7 column blocks (the last masked) over the team
+    (300, 20, 128),  # one column block: rows in blocks of 8 over the team, a row tail
+])
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_split_over_the_team(kernel, threads, n_threads, m, n, k, trans_b):
+    assert m * n * k >= gemm_kernel.PARALLEL_MACS
+    threads(n_threads)
+    for beta in (0.0, 1.0):
+        got, expected = _gemm(kernel, m, n, k, trans_b=trans_b, beta=beta, pad=3, seed=2)
+        torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_empty_shapes_touch_nothing(kernel, b_transposed):
     c = torch.full((4, 4), 7.0)
-    kernel(78, 0, 4, 4, 0, 4, 0, 4, 0.0, c.data_ptr(), 4)
-    kernel(78, 4, 0, 4, 0, 4, 0, 4, 0.0, c.data_ptr(), 4)
+    kernel(78, 0, 4, 4, 0, 4, 0, 4, 0.0, c.data_ptr(), 4, b_transposed=b_transposed)
+    kernel(78, 4, 0, 4, 0, 4, 0, 4, 0.0, c.data_ptr(), 4, b_transposed=b_transposed)
     assert (c == 7.0).all()
 
 

@@ -115,19 +115,26 @@ def _matrix(v: ir.Value):
     return _address(v, md), _as_i64(md.strides[0]), md.sizes[0], md.sizes[1]
 
 
-# Where tidal's own kernel serves f32 (`gemm_kernel.wanted()`), the shim sends a B read
-# untransposed there and keeps BLAS for the rest.
+# Where tidal's own kernel serves f32 (`gemm_kernel.wanted()`), the shim sends every gemm there
+# but one whose B is stored transposed with a k longer than its panel allows, which stays with BLAS.
 _DISPATCH = """
 func.func private @tidal_sgemm_rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
                                         %b: i64, %ldb: i64, %beta: f32, %c: i64, %ldc: i64) {{
   %no_trans = arith.constant 78 : i8
   %b_untransposed = arith.cmpi eq, %tb, %no_trans : i8
+  %max_k = arith.constant {max_k} : i64
+  %short_k = arith.cmpi sle, %k, %max_k : i64
   scf.if %b_untransposed {{
     func.call @{kernel}(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
         : (i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
   }} else {{
-    func.call @tidal_sgemm_blas(%ta, %tb, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
-        : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+    scf.if %short_k {{
+      func.call @{kernel_bt}(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
+          : (i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+    }} else {{
+      func.call @tidal_sgemm_blas(%ta, %tb, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
+          : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+    }}
   }}
   return
 }}
@@ -141,18 +148,25 @@ def _shim_text(gemm: str, elt: str) -> str:
     if elt != "f32" or not gemm_kernel.wanted():
         return blas
     blas = blas.replace(f"@tidal_{gemm}rowmajor(", "@tidal_sgemm_blas(", 1)
-    return "\n".join([blas, gemm_kernel.kernel_text(), _DISPATCH.format(kernel=gemm_kernel.NAME)])
+    dispatch = _DISPATCH.format(kernel=gemm_kernel.NAME, kernel_bt=gemm_kernel.NAME_B_TRANSPOSED, max_k=gemm_kernel.MAX_PACKED_K)
+    return "\n".join([blas, gemm_kernel.kernel_text(), dispatch])
+
+
+def _symbols(block) -> set[str]:
+    return {ir.StringAttr(op.operation.attributes["sym_name"]).value
+            for op in block.operations if "sym_name" in op.operation.attributes}
 
 
 def _ensure_shim(module_op, gemm: str, elt: str) -> str:
     name = f"tidal_{gemm}rowmajor"
     body = module_op.regions[0].blocks[0]
-    for op in body.operations:
-        if "sym_name" in op.operation.attributes and ir.StringAttr(op.operation.attributes["sym_name"]).value == name:
-            return name
+    present = _symbols(body)
+    if name in present:
+        return name
     shim = ir.Module.parse(_shim_text(gemm, elt))
     for op in list(shim.body.operations):
-        op.operation.move_before(body.operations[0]) if len(body.operations) else None
+        if ir.StringAttr(op.operation.attributes["sym_name"]).value not in present:  # a shared declaration
+            op.operation.move_before(body.operations[0]) if len(body.operations) else None
     return name
 
 

@@ -101,9 +101,9 @@ def _store(w: _Writer, value: str, ptr: str, mask: str | None) -> None:
         w(f"llvm.intr.masked.store {value}, {ptr}, {mask} {{alignment = 4 : i32}} : {_VEC}, {_MASK} into !llvm.ptr")
 
 
-def _tile(w: _Writer, rows: int, i: str, j: str, masks: list[str] | None) -> None:
-    """C[i:i+rows, j:j+32] = op(A)[i:i+rows, :]·B[:, j:j+32] + beta·C[...], lanes past `masks`
-    neither read nor written."""
+def _tile(w: _Writer, rows: int, i: str, j: str, b_col: str, b_stride: str, masks: list[str] | None) -> None:
+    """C[i:i+rows, j:j+32] = op(A)[i:i+rows, :]·B[:, 32 columns from `b_col`] + beta·C[...],
+    B's rows `b_stride` elements apart; lanes past `masks` neither read nor written."""
     masks = masks or [None] * VECTORS
     types = ", ".join([_VEC] * (rows * VECTORS))
     c_ptrs = []
@@ -127,12 +127,11 @@ def _tile(w: _Writer, rows: int, i: str, j: str, masks: list[str] | None) -> Non
     for r in range(rows):
         row = w.op("i", f"arith.addi {i}, %c{r} : i64") if r else i
         a_rows.append(_gep(w, "%pa", w.op("o", f"arith.muli {row}, %sai : i64")))
-    b_col = _gep(w, "%pb", j)
     acc, kk = w.fresh("acc"), w.fresh("k")
     carried = [w.fresh("x") for _ in range(rows * VECTORS)]
     args = ", ".join(f"{x} = {init}#{n}" for n, x in enumerate(carried))
     w(f"{acc}:{rows * VECTORS} = scf.for {kk} = %c0 to %k step %c1 iter_args({args}) -> ({types}) : i64 {{")
-    b_row = _gep(w, b_col, w.op("o", f"arith.muli {kk}, %ldb : i64"))
+    b_row = _gep(w, b_col, w.op("o", f"arith.muli {kk}, {b_stride} : i64"))
     b = [_load(w, _gep(w, b_row, f"%c{LANES * v}") if v else b_row, masks[v]) for v in range(VECTORS)]
     a_k = w.op("o", f"arith.muli {kk}, %sak : i64")
     updated = []
@@ -148,26 +147,86 @@ def _tile(w: _Writer, rows: int, i: str, j: str, masks: list[str] | None) -> Non
             _store(w, f"{acc}#{r * VECTORS + v}", c_ptrs[r][v], masks[v])
 
 
-def _column_block(w: _Writer, j: str, masks: list[str] | None) -> None:
+def _column_block(w: _Writer, j: str, b_col: str, b_stride: str, masks: list[str] | None) -> None:
     i = w.fresh("i")
-    w(f"scf.for {i} = %c0 to %mfull step %c{ROWS} : i64 {{")
-    _tile(w, ROWS, i, j, masks)
+    w(f"scf.for {i} = %i0 to %mfull step %c{ROWS} : i64 {{")
+    _tile(w, ROWS, i, j, b_col, b_stride, masks)
     w("}")
     i = w.fresh("i")
-    w(f"scf.for {i} = %mfull to %m step %c1 : i64 {{")
-    _tile(w, 1, i, j, masks)
+    w(f"scf.for {i} = %mfull to %i1 step %c1 : i64 {{")
+    _tile(w, 1, i, j, b_col, b_stride, masks)
     w("}")
 
 
-@functools.lru_cache(maxsize=1)
-def kernel_text() -> str:
-    """`func.func private @tidal_sgemm_tiles(ta, m, n, k, a, lda, b, ldb, beta, c, ldc)`: row-major
-    C = op(A)·B + beta·C on byte addresses, `ta` BLAS's 'N' (78) or 'T' (84) for A."""
+def _lane_masks(w: _Writer, remaining: str) -> list[str]:
+    """Masks of each tile vector's lanes below `remaining` (the columns left)."""
+    remv = w.op("rem", f"vector.broadcast {remaining} : i64 to vector<{LANES}xi64>")
+    masks = []
+    for v in range(VECTORS):
+        lanes = w.op("l", f"arith.addi %lanes, {w.op('l', f'vector.broadcast %c{LANES * v} : i64 to vector<{LANES}xi64>')} : vector<{LANES}xi64>")
+        masks.append(w.op("mask", f"arith.cmpi slt, {lanes}, {remv} : vector<{LANES}xi64>"))
+    return masks
+
+
+def _transpose(w: _Writer, rows: list[str]) -> list[str]:
+    """The 16x16 transpose of 16 row vectors: four rounds of two-source shuffles, each swapping the
+    off-diagonal b x b blocks of every 2b x 2b block (b = 8, 4, 2, 1); one vpermt2ps each."""
+    n = len(rows)
+    block = n // 2
+    while block:
+        out = list(rows)
+        for i in range(n):
+            if i & block:
+                continue
+            lo = [k if not k & block else n + k - block for k in range(n)]
+            hi = [k + block if not k & block else n + k for k in range(n)]
+            for dst, idx in ((i, lo), (i + block, hi)):
+                out[dst] = w.op("t", f"vector.shuffle {rows[i]}, {rows[i + block]} [{', '.join(map(str, idx))}] : {_VEC}, {_VEC}")
+        rows = out
+        block //= 2
+    return rows
+
+
+def _pack_transposed(w: _Writer, j: str) -> None:
+    """Copies Bᵀ[:, j:j+32] (B stored [n, k] with rows `ldb` apart) into `%panel` as [k, 32] rows,
+    16x16 blocks at a time (vector reads along k, a transpose in registers, vector writes); columns
+    past n and rows past k are zeros (the panel's rows are rounded up to 16)."""
+    for half in range(VECTORS):
+        kb = w.fresh("kb")
+        w(f"scf.for {kb} = %c0 to %k step %c{LANES} : i64 {{")
+        k_left = w.op("rem", f"arith.subi %k, {kb} : i64")
+        k_mask = w.op("mask", f"arith.cmpi slt, %lanes, {w.op('rem', f'vector.broadcast {k_left} : i64 to vector<{LANES}xi64>')} : vector<{LANES}xi64>")
+        loaded = []
+        for jj in range(LANES):
+            row = w.op("r", f"arith.addi {j}, %c{LANES * half + jj} : i64")
+            valid = w.op("r", f"arith.cmpi slt, {row}, %n : i64")
+            mask = w.op("mask", f"arith.select {valid}, {k_mask}, %none : {_MASK}")
+            at = w.op("o", f"arith.addi {w.op('o', f'arith.muli {row}, %ldb : i64')}, {kb} : i64")
+            loaded.append(_load(w, _gep(w, "%pb", at), mask))
+        for kk, column in enumerate(_transpose(w, loaded)):
+            panel_row = w.op("o", f"arith.addi {kb}, %c{kk} : i64")
+            row_start = w.op("o", f"arith.muli {panel_row}, %c{LANES * VECTORS} : i64")
+            at = w.op("o", f"arith.addi {row_start}, %c{LANES * half} : i64")
+            _store(w, column, _gep(w, "%panel", at), None)
+        w("}")
+
+
+_SIGNATURE = ("(%ta: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64, %b: i64, %ldb: i64, %beta: f32, "
+              "%c: i64, %ldc: i64)")
+# Bᵀ's panel lives on the stack: k is at most this (256 KiB); a longer k stays with BLAS.
+MAX_PACKED_K = 2048
+
+
+def _part(name: str, b_transposed: bool) -> str:
+    """`@<name>_part(<gemm arguments>, i0, i1, j0, j1)`: rows [i0, i1) and columns [j0, j1) of C
+    (i0 a multiple of 8, j0 of 32)."""
     width = LANES * VECTORS
     w = _Writer()
-    w(f"func.func private @{NAME}(%ta: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64, %b: i64, "
-      "%ldb: i64, %beta: f32, %c: i64, %ldc: i64) {")
-    for value in sorted({0, 1, ROWS, width} | {LANES * v for v in range(VECTORS)} | set(range(ROWS))):
+    w(f"func.func private @{name}_part{_SIGNATURE[:-1]}, %i0: i64, %i1: i64, %j0: i64, %j1: i64) {{")
+    constants = {0, 1, ROWS, width} | {LANES * v for v in range(VECTORS)} | set(range(ROWS))
+    if b_transposed:
+        constants |= set(range(width)) | {LANES - 1}
+    for value in sorted(constants):
         w(f"%c{value} = arith.constant {value} : i64")
     w("%trans = arith.constant 84 : i8")
     w("%ta_t = arith.cmpi eq, %ta, %trans : i8")
@@ -177,26 +236,109 @@ def kernel_text() -> str:
     w("%fresh = arith.cmpf oeq, %beta, %f0 : f32")  # beta = 0: C is not read (it may hold NaNs)
     w(f"%betav = vector.broadcast %beta : f32 to {_VEC}")
     w(f"%zero = arith.constant dense<0.0> : {_VEC}")
-    for name in ("a", "b", "c"):
-        w(f"%p{name} = llvm.inttoptr %{name} : i64 to !llvm.ptr")
+    w(f"%lanes = arith.constant dense<[{', '.join(str(x) for x in range(LANES))}]> : vector<{LANES}xi64>")
+    for name_ in ("a", "b", "c"):
+        w(f"%p{name_} = llvm.inttoptr %{name_} : i64 to !llvm.ptr")
     w(f"%nrem = arith.remsi %n, %c{width} : i64")
     w("%nfull = arith.subi %n, %nrem : i64")
-    w(f"%mrem = arith.remsi %m, %c{ROWS} : i64")
-    w("%mfull = arith.subi %m, %mrem : i64")
+    w(f"%mrem = arith.remsi {w.op('o', 'arith.subi %i1, %i0 : i64')}, %c{ROWS} : i64")
+    w("%mfull = arith.subi %i1, %mrem : i64")
+    if b_transposed:
+        w(f"%none = arith.constant dense<false> : {_MASK}")
+        w(f"%k16 = arith.andi {w.op('o', f'arith.addi %k, %c{LANES - 1} : i64')}, {w.op('o', f'arith.constant {-LANES} : i64')} : i64")
+        w(f"%panel = llvm.alloca {w.op('o', f'arith.muli %k16, %c{width} : i64')} x f32 {{alignment = 64 : i64}} : (i64) -> !llvm.ptr")
+    w("%has_rows = arith.cmpi sgt, %i1, %i0 : i64")
+    w("%columns = arith.select %has_rows, %j1, %j0 : i64")  # no rows: B is not read (nor packed)
     j = w.fresh("j")
-    w(f"scf.for {j} = %c0 to %nfull step %c{width} : i64 {{")
-    _column_block(w, j, None)
+    w(f"scf.for {j} = %j0 to %columns step %c{width} : i64 {{")
+    if b_transposed:
+        _pack_transposed(w, j)
+        b_col, b_stride = "%panel", f"%c{width}"
+    else:
+        b_col, b_stride = _gep(w, "%pb", j), "%ldb"
+    full = w.op("full", f"arith.cmpi slt, {j}, %nfull : i64")
+    w(f"scf.if {full} {{")
+    _column_block(w, j, b_col, b_stride, None)
+    w("} else {")
+    _column_block(w, j, b_col, b_stride, _lane_masks(w, "%nrem"))
     w("}")
-    w("%tail = arith.cmpi sgt, %nrem, %c0 : i64")
-    w("scf.if %tail {")
-    w(f"%lanes = arith.constant dense<[{', '.join(str(x) for x in range(LANES))}]> : vector<{LANES}xi64>")
-    w(f"%remv = vector.broadcast %nrem : i64 to vector<{LANES}xi64>")
-    masks = []
-    for v in range(VECTORS):
-        lanes = w.op("l", f"arith.addi %lanes, {w.op('l', f'vector.broadcast %c{LANES * v} : i64 to vector<{LANES}xi64>')} : vector<{LANES}xi64>")
-        masks.append(w.op("mask", f"arith.cmpi slt, {lanes}, %remv : vector<{LANES}xi64>"))
-    _column_block(w, "%nfull", masks)
     w("}")
     w("return")
     w("}")
     return "\n".join(w.lines)
+
+
+# A gemm of at least this many multiply-adds is split over the thread team when more than one
+# thread is allowed: by blocks of 32 columns, or by blocks of 8 rows when there is one column
+# block. Below it (about 2 µs of one thread's work) starting the team costs about what it saves.
+PARALLEL_MACS = 1 << 19
+
+_SPLIT = """
+func.func private @{name}{signature} {{
+  %c0 = arith.constant 0 : i64
+  %c1 = arith.constant 1 : i64
+  %rows = arith.constant {rows} : i64
+  %width = arith.constant {width} : i64
+  %threads = arith.extsi {threads} : i32 to i64
+  %mn = arith.muli %m, %n : i64
+  %macs = arith.muli %mn, %k : i64
+  %min_macs = arith.constant {min_macs} : i64
+  %big = arith.cmpi sge, %macs, %min_macs : i64
+  %team = arith.cmpi sgt, %threads, %c1 : i64
+  %parallel = arith.andi %big, %team : i1
+  %column_blocks = arith.ceildivsi %n, %width : i64
+  %row_blocks = arith.ceildivsi %m, %rows : i64
+  %by_columns = arith.cmpi sgt, %column_blocks, %c1 : i64
+  %blocks = arith.select %by_columns, %column_blocks, %row_blocks : i64
+  %parts = arith.minsi %threads, %blocks : i64
+  %split = arith.cmpi sgt, %parts, %c1 : i64
+  %go = arith.andi %parallel, %split : i1
+  scf.if %go {{
+    %per = arith.ceildivsi %blocks, %parts : i64
+    %count = arith.index_cast %parts : i64 to index
+    scf.forall (%t) in (%count) {{
+      %t64 = arith.index_cast %t : index to i64
+      %b0 = arith.muli %t64, %per : i64
+      %b1 = arith.addi %b0, %per : i64
+      scf.if %by_columns {{
+        %j0 = arith.muli %b0, %width : i64
+        %j1w = arith.muli %b1, %width : i64
+        %j1 = arith.minsi %j1w, %n : i64
+        func.call @{name}_part(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc, %c0, %m, %j0, %j1) : {part_type}
+      }} else {{
+        %i0 = arith.muli %b0, %rows : i64
+        %i1r = arith.muli %b1, %rows : i64
+        %i1 = arith.minsi %i1r, %m : i64
+        func.call @{name}_part(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc, %i0, %i1, %c0, %n) : {part_type}
+      }}
+    }}
+  }} else {{
+    func.call @{name}_part(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc, %c0, %m, %c0, %n) : {part_type}
+  }}
+  return
+}}
+"""
+_PART_TYPE = "(i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64, i64, i64, i64, i64) -> ()"
+
+
+def _function(name: str, b_transposed: bool) -> str:
+    threads = "%threads32"
+    split = _SPLIT.format(name=name, signature=_SIGNATURE, rows=ROWS, width=LANES * VECTORS, threads=threads,
+                          min_macs=PARALLEL_MACS, part_type=_PART_TYPE)
+    # the team's size comes from libgomp (declared by the caller's module: `ensure_runtime_decl`)
+    split = split.replace("  %c0 = arith.constant 0 : i64", f"  {threads} = func.call @omp_get_max_threads() : () -> i32\n"
+                          "  %c0 = arith.constant 0 : i64", 1)
+    return "\n".join([_part(name, b_transposed), split])
+
+
+NAME_B_TRANSPOSED = NAME + "_bt"
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_text() -> str:
+    """`func.func private @tidal_sgemm_tiles(ta, m, n, k, a, lda, b, ldb, beta, c, ldc)`: row-major
+    C = op(A)·B + beta·C on byte addresses, `ta` BLAS's 'N' (78) or 'T' (84) for A; and
+    `@tidal_sgemm_tiles_bt`, the same with B stored transposed (k ≤ MAX_PACKED_K): each block of
+    32 columns of Bᵀ is first packed into a [k, 32] panel that every row block then reads."""
+    declarations = "func.func private @omp_get_max_threads() -> i32"  # libgomp's: the team's size
+    return "\n".join([declarations, _function(NAME, False), _function(NAME_B_TRANSPOSED, True)])
