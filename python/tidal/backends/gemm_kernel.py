@@ -275,11 +275,12 @@ PARALLEL_MACS = 1 << 19
 
 _SPLIT = """
 func.func private @{name}{signature} {{
+  %threads32 = func.call @omp_get_max_threads() : () -> i32
   %c0 = arith.constant 0 : i64
   %c1 = arith.constant 1 : i64
   %rows = arith.constant {rows} : i64
   %width = arith.constant {width} : i64
-  %threads = arith.extsi {threads} : i32 to i64
+  %threads = arith.extsi %threads32 : i32 to i64
   %mn = arith.muli %m, %n : i64
   %macs = arith.muli %mn, %k : i64
   %min_macs = arith.constant {min_macs} : i64
@@ -322,12 +323,8 @@ _PART_TYPE = "(i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64, i64, i64, i
 
 
 def _function(name: str, b_transposed: bool) -> str:
-    threads = "%threads32"
-    split = _SPLIT.format(name=name, signature=_SIGNATURE, rows=ROWS, width=LANES * VECTORS, threads=threads,
+    split = _SPLIT.format(name=name, signature=_SIGNATURE, rows=ROWS, width=LANES * VECTORS,
                           min_macs=PARALLEL_MACS, part_type=_PART_TYPE)
-    # the team's size comes from libgomp (declared by the caller's module: `ensure_runtime_decl`)
-    split = split.replace("  %c0 = arith.constant 0 : i64", f"  {threads} = func.call @omp_get_max_threads() : () -> i32\n"
-                          "  %c0 = arith.constant 0 : i64", 1)
     return "\n".join([_part(name, b_transposed), split])
 
 
