@@ -165,10 +165,14 @@ class GraphProgram:
         # Tensors in and out, in order (the common case): no per-call reshuffling.
         self._as_is = (plan.inputs == [("tensor", k) for k in range(len(plan.inputs))]
                        and all(kind == "tensor" for kind in plan.outputs))
+        entry = getattr(native, "entry", None)
+        self._entry = entry() if entry is not None else native
+        # What runs the program on exactly the graph's arguments, as separate arguments.
+        self.direct_entry = self._entry if self._as_is else None
 
     def __call__(self, args):
         if self._as_is and len(args) == len(self.plan.inputs):
-            return self.native(*args)
+            return self._entry(*args)
         return self.plan.results(self.native(*self.plan.arguments(args)))
 
 

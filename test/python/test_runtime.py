@@ -212,3 +212,58 @@ def test_training_forward_saves_its_input_without_a_copy(monkeypatch):
     got = torch.autograd.grad(h.square().sum(), (a, b))
     want = torch.autograd.grad(h_eager.square().sum(), (a, b))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_generated_entry_matches_the_checked_call():
+    """`NativeFunction.entry()`: straight-line code for an all-static signature. Well-formed
+    arguments run it; a transposed view, a wrong dtype or shape, or a non-tensor take the
+    checked call (same results, same errors)."""
+
+    def f(x, y):
+        return hop_map(lambda t, u: (t * 2 + u, t - u), x, y)
+
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    program = compile_program(f, (x, y))
+    entry = program.native.entry()
+    assert entry is not program.native.__call__  # the generated code, not the general call
+    for got, want in zip(entry(x, y), f(x, y)):
+        torch.testing.assert_close(got, want)
+    xt = torch.randn(2, 3).t()
+    for got, want in zip(entry(xt, y), f(xt, y)):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(TypeError, match="dtype torch.float64, compiled for torch.float32"):
+        entry(x.double(), y)
+    with pytest.raises(TypeError, match=r"argument 1 has shape \(4, 2\), compiled for \(3, 2\)"):
+        entry(x, torch.randn(4, 2))
+    with pytest.raises(TypeError, match="argument 0 must be a tensor, got list"):
+        entry([[1.0, 2.0]] * 3, y)
+    first, second = entry(x, y), entry(x, y)
+    assert first[0].data_ptr() != second[0].data_ptr()  # fresh results on every call
+
+
+def test_generated_entry_hands_out_forwarded_results():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tidal.compiler import compile_graph_module
+
+    def f(x, a):
+        y = x * 2
+        return y, a.view(4), y.view(4)
+
+    x, a = torch.randn(4), torch.randn(4)
+    program = compile_graph_module(make_fx(f)(x, a), (x, a))
+    assert program.native.forwarded == [None, ("arg", 1), ("result", 0)]
+    y, a_view, y_view = program.native.entry()(x, a)
+    torch.testing.assert_close(y, x * 2)
+    assert a_view is a and y_view is y
+
+
+def test_generated_entry_declines_dynamic_signatures():
+    def f(xs):
+        return hop_map(lambda t: t * 2, xs)
+
+    x = torch.randn(5, 3)
+    dim = torch.export.Dim("n", min=2)
+    program = compile_program(f, (x,), dynamic_shapes=({0: dim},))
+    assert program.native.entry() == program.native.__call__
+    torch.testing.assert_close(program.native.entry()(torch.randn(7, 3))[0].shape, torch.Size([7, 3]))
