@@ -69,6 +69,8 @@
 // CHECK:         llvm.call @sgemm_(
 // CHECK-LABEL: func.func @nn
 // CHECK:         call @tidal_sgemm_rowmajor(
+// CHECK-LABEL: func.func @nt
+// CHECK:         call @tidal_sgemm_rowmajor(
 // CHECK-LABEL: func.func @f64
 // CHECK:         call @tidal_dgemm_rowmajor(
 
@@ -85,6 +87,13 @@
 
 func.func @nn(%a: memref<4x8xf32>, %b: memref<8x5xf32>, %c: memref<4x5xf32>) {
   linalg.matmul ins(%a, %b : memref<4x8xf32>, memref<8x5xf32>) outs(%c : memref<4x5xf32>)
+  return
+}
+
+func.func @nt(%a: memref<4x8xf32>, %bt: memref<5x8xf32>, %c: memref<4x5xf32>) {
+  linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                 affine_map<(d0, d1, d2) -> (d0, d1)>]
+      ins(%a, %bt : memref<4x8xf32>, memref<5x8xf32>) outs(%c : memref<4x5xf32>)
   return
 }
 

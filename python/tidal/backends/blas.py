@@ -116,7 +116,8 @@ def _matrix(v: ir.Value):
 
 
 # Where tidal's own kernel serves f32 (`gemm_kernel.wanted()`), the shim sends every gemm there
-# but one whose B is stored transposed with a k longer than its panel allows, which stays with BLAS.
+# but one whose B is stored transposed with a k longer than its panel allows, which stays with BLAS,
+# as does one whose variant the module did not need (`variants`: none of its calls reads B that way).
 _DISPATCH = """
 func.func private @tidal_sgemm_rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
                                         %b: i64, %ldb: i64, %beta: f32, %c: i64, %ldc: i64) {{
@@ -125,31 +126,37 @@ func.func private @tidal_sgemm_rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: 
   %max_k = arith.constant {max_k} : i64
   %short_k = arith.cmpi sle, %k, %max_k : i64
   scf.if %b_untransposed {{
-    func.call @{kernel}(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
-        : (i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+    {untransposed}
   }} else {{
     scf.if %short_k {{
-      func.call @{kernel_bt}(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
-          : (i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+      {transposed}
     }} else {{
-      func.call @tidal_sgemm_blas(%ta, %tb, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
-          : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+      {blas}
     }}
   }}
   return
 }}
 """
+_KERNEL_CALL = """func.call @{kernel}(%ta, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
+        : (i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()"""
+_BLAS_CALL = """func.call @tidal_sgemm_blas(%ta, %tb, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
+        : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()"""
 
 
-def _shim_text(gemm: str, elt: str) -> str:
+def _shim_text(gemm: str, elt: str, b_transposed: frozenset = frozenset({False, True})) -> str:
+    """The row-major gemm shim; for f32 with tidal's kernel wanted, its dispatch and the kernel's
+    variants for the ways this module's calls read B (`b_transposed`)."""
     from tidal.backends import gemm_kernel
 
     blas = _SHIM.format(gemm=gemm, elt=elt)
     if elt != "f32" or not gemm_kernel.wanted():
         return blas
     blas = blas.replace(f"@tidal_{gemm}rowmajor(", "@tidal_sgemm_blas(", 1)
-    dispatch = _DISPATCH.format(kernel=gemm_kernel.NAME, kernel_bt=gemm_kernel.NAME_B_TRANSPOSED, max_k=gemm_kernel.MAX_PACKED_K)
-    return "\n".join([blas, gemm_kernel.kernel_text(), dispatch])
+    kernel = {False: gemm_kernel.NAME, True: gemm_kernel.NAME_B_TRANSPOSED}
+    call = {t: _KERNEL_CALL.format(kernel=kernel[t]) if t in b_transposed else _BLAS_CALL for t in (False, True)}
+    dispatch = _DISPATCH.format(untransposed=call[False], transposed=call[True], blas=_BLAS_CALL,
+                                max_k=gemm_kernel.MAX_PACKED_K)
+    return "\n".join([blas, gemm_kernel.kernel_text(frozenset(b_transposed)), dispatch])
 
 
 def _symbols(block) -> set[str]:
@@ -157,13 +164,13 @@ def _symbols(block) -> set[str]:
             for op in block.operations if "sym_name" in op.operation.attributes}
 
 
-def _ensure_shim(module_op, gemm: str, elt: str) -> str:
+def _ensure_shim(module_op, gemm: str, elt: str, b_transposed: frozenset) -> str:
     name = f"tidal_{gemm}rowmajor"
     body = module_op.regions[0].blocks[0]
     present = _symbols(body)
     if name in present:
         return name
-    shim = ir.Module.parse(_shim_text(gemm, elt))
+    shim = ir.Module.parse(_shim_text(gemm, elt, b_transposed))
     for op in list(shim.body.operations):
         if ir.StringAttr(op.operation.attributes["sym_name"]).value not in present:  # a shared declaration
             op.operation.move_before(body.operations[0]) if len(body.operations) else None
@@ -210,20 +217,17 @@ _BLAS_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 def matmul_to_blas(module_op):
     from tidal.passes.registry import ops_named
 
-    matmuls = ops_named(module_op, _BLAS_CONTRACTIONS)
-    zero_fills = _zero_fills_before(matmuls)
-    for op in matmuls:
+    calls = [(op, transposed) for op in ops_named(module_op, _BLAS_CONTRACTIONS)
+             if (transposed := _blas_transposes(op)) is not None]
+    zero_fills = _zero_fills_before([op for op, _ in calls])
+    b_transposed = {}  # element type -> the ways its calls read B
+    for op, transposed in calls:
+        b_transposed.setdefault(str(op.operands[2].type.element_type), set()).add(transposed[1])
+    for op, transposed in calls:
         batched = op.name == "linalg.batch_matmul"
-        transposed = _transposes(op, batched)
-        if transposed is None:
-            continue  # broadcast variants keep their loops
         a, b, c = op.operands
-        if not all(isinstance(v.type, ir.MemRefType) and _inner_stride_is_one(v.type) for v in (a, b, c)):
-            continue
         elt = str(c.type.element_type)
-        if elt not in _GEMM or str(a.type.element_type) != elt or str(b.type.element_type) != elt:
-            continue
-        shim = _ensure_shim(module_op, _GEMM[elt], elt)
+        shim = _ensure_shim(module_op, _GEMM[elt], elt, frozenset(b_transposed[elt]))
         zero_fill = zero_fills.get(op.operation)
         with ir.InsertionPoint(op), op.location:
             i8 = ir.IntegerType.get_signless(8)
@@ -242,6 +246,21 @@ def matmul_to_blas(module_op):
         op.erase()
         if zero_fill is not None:
             zero_fill.erase()
+
+
+def _blas_transposes(op) -> tuple[bool, bool] | None:
+    """How a matmul BLAS can run reads A and B (transposed or not); None for one that keeps its
+    loops (a broadcast, a strided inner dim, an element type BLAS has no gemm for)."""
+    transposed = _transposes(op, op.name == "linalg.batch_matmul")
+    if transposed is None:
+        return None
+    a, b, c = op.operands
+    if not all(isinstance(v.type, ir.MemRefType) and _inner_stride_is_one(v.type) for v in (a, b, c)):
+        return None
+    elt = str(c.type.element_type)
+    if elt not in _GEMM or str(a.type.element_type) != elt or str(b.type.element_type) != elt:
+        return None
+    return transposed
 
 
 def bmm_as_batch_matmul(call: ir.Operation) -> bool:
