@@ -117,7 +117,7 @@ def _matrix(v: ir.Value):
 
 # Where tidal's own kernel serves f32 (`gemm_kernel.wanted()`), the shim sends every gemm there
 # but one whose B is stored transposed with a k longer than its panel allows, which stays with BLAS,
-# as does one whose variant the module did not need (`variants`: none of its calls reads B that way).
+# as does one read in a way none of the module's calls reads B (that variant is not emitted).
 _DISPATCH = """
 func.func private @tidal_sgemm_rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
                                         %b: i64, %ldb: i64, %beta: f32, %c: i64, %ldc: i64) {{

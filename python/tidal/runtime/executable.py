@@ -145,8 +145,8 @@ class NativeFunction:
         """`__call__` for callers that pass exactly `len(self.args)` tensors. With every argument
         and result of static shape it is straight-line code made for this signature: one
         expression checks the arguments (anything unexpected takes `__call__`), and no loop,
-        zip or bound method runs per call. 3.5 -> 1.9 us for a while_loop's three 0-d/[4]
-        arguments and two results, about a tenth of a call through torch.compile."""
+        zip or bound method runs per call: 3.4 -> 2.4 us for a while_loop's three 0-d/[4]
+        arguments and two results (n = 0)."""
         if not (all(self._static_args) and self.results_as_arguments):
             return self.__call__
         names = [f"a{i}" for i in range(len(self.args))]
