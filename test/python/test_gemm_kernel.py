@@ -24,6 +24,7 @@ def kernel():
     from tidal.context import make_context
     from tidal.passes.pipeline import run_pipeline
     from tidal.runtime import externs
+    from tidal.runtime.executable import JIT_OPT_LEVEL
 
     ctx = make_context()
     with ctx, ir.Location.unknown():
@@ -32,7 +33,7 @@ def kernel():
                      "convert-vector-to-llvm, convert-arith-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
                      "reconcile-unrealized-casts)", ctx)
         assert str(module).count("llvm.call @GOMP_parallel") == 2  # each variant starts the team
-        engine = ExecutionEngine(module, opt_level=3, shared_libs=[])
+        engine = ExecutionEngine(module, opt_level=JIT_OPT_LEVEL, shared_libs=[])  # as compiled programs are
         for name, address in externs.addresses().items():
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
         packed = {name: ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.raw_lookup(name))
