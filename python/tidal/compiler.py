@@ -167,8 +167,12 @@ class GraphProgram:
                        and all(kind == "tensor" for kind in plan.outputs))
         entry = getattr(native, "entry", None)
         self._entry = entry() if entry is not None else native
-        # What runs the program on exactly the graph's arguments, as separate arguments.
-        self.direct_entry = self._entry if self._as_is else None
+
+    @property
+    def direct_entry(self):
+        """What runs the program on exactly the graph's arguments, passed as separate arguments
+        (None when the boundary reshuffles them: scalars in or out)."""
+        return self._entry if self._as_is else None
 
     def __call__(self, args):
         if self._as_is and len(args) == len(self.plan.inputs):
