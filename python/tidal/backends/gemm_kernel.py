@@ -10,8 +10,9 @@ runs its AVX2 path. Measured there, one thread, row-major C += A·B through `sge
 
 The kernel is the classic outer-product tile: 8 rows of C by 32 columns (two 16-lane vectors)
 held in 16 registers while k runs, each step one row of B (two vector loads) times eight
-broadcast elements of A. B is read with unit inner stride ('N'); A any way ('N' or 'T': its
-elements are broadcast one at a time). Columns past the last full block of 32 are masked, rows
+broadcast elements of A. B is read with unit inner stride ('N'), or, stored transposed ('T', a
+Linear's weight), packed 32 columns at a time into a [k, 32] stack panel first (`_bt` variant,
+k ≤ MAX_PACKED_K); A any way ('N' or 'T': its elements are broadcast one at a time). Columns past the last full block of 32 are masked, rows
 past the last full block of 8 run one at a time. k is not blocked: B's [k, 32] panel is reused by
 every row block and stays in L1/L2 for the widths torch models use (k ≤ 2048 is 256 KiB).
 
@@ -33,7 +34,8 @@ NAME = "tidal_sgemm_tiles"
 
 @functools.lru_cache(maxsize=1)
 def wanted() -> bool:
-    """Whether f32 gemms with B read untransposed run this kernel rather than MKL."""
+    """Whether f32 gemms run this kernel rather than MKL (B stored transposed with k above
+    MAX_PACKED_K stays with MKL either way)."""
     choice = os.environ.get("TIDAL_GEMM", "").strip().lower()
     if choice in ("tidal", "blas"):
         return choice == "tidal"
