@@ -241,6 +241,41 @@ def test_generated_entry_matches_the_checked_call():
     assert first[0].data_ptr() != second[0].data_ptr()  # fresh results on every call
 
 
+def test_generated_entry_checks_arguments_in_cpp_first():
+    """The entry's first check is Dynamo's C++ tensor check; what it refuses (a tensor that
+    requires grad, strides other than the contiguous ones, an entry made in inference mode
+    called outside it) takes the Python checks and runs the program all the same. Well-formed
+    arguments never reach the checked call."""
+
+    def f(x, y):
+        return hop_map(lambda t, u: (t * 2 + u, t - u), x, y)
+
+    x, y = torch.randn(3, 1), torch.randn(3, 1)
+    program = compile_program(f, (x, y))
+    entry = program.native.entry()
+    checked = entry.__globals__["_checked"]
+    calls = []
+    entry.__globals__["_checked"] = lambda *a: calls.append(a) or checked(*a)
+    want = f(x, y)
+    assert entry.__globals__["_as_compiled"](x, y)
+    for got, expected in zip(entry(x, y), want):
+        torch.testing.assert_close(got, expected)
+    xg = x.clone().requires_grad_()
+    assert not entry.__globals__["_as_compiled"](xg, y)
+    with torch.no_grad():
+        for got, expected in zip(entry(xg, y), want):
+            torch.testing.assert_close(got, expected)
+    odd_strides = torch.randn(1, 3).t()  # [3, 1] with strides (1, 3): contiguous, not the expected (1, 1)
+    assert odd_strides.is_contiguous() and not entry.__globals__["_as_compiled"](odd_strides, y)
+    for got, expected in zip(entry(odd_strides, y), f(odd_strides, y)):
+        torch.testing.assert_close(got, expected)
+    assert calls == []
+    with torch.inference_mode():
+        made_inside = program.native.entry()
+    for got, expected in zip(made_inside(x, y), want):
+        torch.testing.assert_close(got, expected)
+
+
 def test_generated_entry_hands_out_forwarded_results():
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -153,10 +153,17 @@ class NativeFunction:
 
     def entry(self):
         """`__call__` for callers that pass exactly `len(self.args)` tensors. With every argument
-        and result of static shape it is straight-line code made for this signature: one
-        expression checks the arguments (anything unexpected takes `__call__`), and no loop,
+        and result of static shape it is straight-line code made for this signature: no loop,
         zip or bound method runs per call: 3.4 -> 2.4 us for a while_loop's three 0-d/[4]
-        arguments and two results (n = 0)."""
+        arguments and two results (n = 0), and 1.95 with the arguments checked in C++.
+
+        The arguments are checked by one call of Dynamo's C++ tensor check (`TensorGuards`):
+        class, dtype, device, dispatch keys, requires_grad, sizes and strides against the
+        compiled signature, 0.15 us for three tensors where the same checks as Python
+        expressions take 0.6. Its dispatch keys are read in the thread-local state of the call
+        that made the entry: a call in another state (inference mode entered or left), with a
+        tensor that requires grad or with strides other than the contiguous ones it expects
+        takes the Python expressions, and anything they do not accept takes `__call__`."""
         if not (all(self._static_args) and self.results_as_arguments):
             return self.__call__
         names = [f"a{i}" for i in range(len(self.args))]
@@ -173,10 +180,12 @@ class NativeFunction:
                  "    except AttributeError:",
                  "        ins, outs, _, run = _bound()"]
         if checks:
-            lines += ["    try:", f"        unexpected = {' or '.join(checks)}",
-                      "    except AttributeError:  # not a tensor: the checked call says which",
-                      "        unexpected = True",
-                      "    if unexpected:", f"        return _checked({', '.join(names)})"]
+            env["_as_compiled"] = _tensor_check(self.args)
+            lines += [f"    if not _as_compiled({', '.join(names)}):",
+                      "        try:", f"            unexpected = {' or '.join(checks)}",
+                      "        except AttributeError:  # not a tensor: the checked call says which",
+                      "            unexpected = True",
+                      "        if unexpected:", f"            return _checked({', '.join(names)})"]
         lines += [f"    d = ins[{i}]; d.allocated = d.aligned = {a}.data_ptr()" for i, a in enumerate(names)]
         for j, (r, new) in enumerate(zip(outs, self._new_results)):
             env[f"_new{j}"] = new
@@ -227,6 +236,17 @@ class NativeFunction:
         if not _shape_matches(t, sig):
             raise TypeError(f"argument {i} has shape {tuple(t.shape)}, compiled for {sig.shape}")
         return t if t.is_contiguous() else t.contiguous()
+
+
+def _tensor_check(sigs: list[TensorSig]):
+    """Dynamo's C++ check that tensors are plain CPU tensors of these dtypes, contiguous shapes
+    and strides, not requiring grad, with the dispatch keys such tensors have in the current
+    thread-local state: a function of the tensors returning a bool (False for a non-tensor)."""
+    from torch._C._dynamo.guards import TensorGuards
+
+    examples = [torch.empty(s.shape, dtype=s.dtype) for s in sigs]
+    return TensorGuards(*examples, dynamic_dims_sizes=[list(s.shape) for s in sigs],
+                        dynamic_dims_strides=[contiguous_strides(s.shape) for s in sigs]).check
 
 
 def _with_forwarded(plan, computed: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
