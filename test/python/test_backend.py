@@ -298,6 +298,31 @@ def test_vectorized_transcendentals_match_eager(name):
         assert (got[finite] - expected[finite]).abs().max() <= 1e-6
 
 
+def test_exact_multiply_adds_round_as_eager():
+    """tidal-contract-exact-multiply-adds fuses `x * 2^k + c` (k <= 0, c of normal magnitude)
+    into one FMA: the bits must be eager's on every float, subnormals, infinities and NaN
+    included. `x * 0.5 + 2^-149` is one the pass must leave alone: fused, a subnormal x rounds
+    differently (2^-149 * 0.5 + 2^-149 is 2^-148 in one rounding, 2^-149 in two)."""
+    g = torch.Generator().manual_seed(0)
+    every_kind = torch.randint(-(2**31), 2**31 - 1, (1 << 18,), dtype=torch.int32, generator=g)
+    small = torch.arange(-4096, 4096, dtype=torch.int32)  # the subnormals nearest zero, both signs
+    x = torch.cat([every_kind, small, small | (1 << 23)]).view(torch.float32)
+    tiny = 2.0**-149
+
+    # one program each: a product shared by two sums is not fused at all
+    for f in (lambda x: x * 0.5 + 1, lambda x: x * 0.25 - 2.0**-100, lambda x: 3.0 - x * 0.125,
+              lambda x: x * 2.0**-60 + 2.0**-90, lambda x: x * 0.5 + tiny, lambda x: x * -0.5 + 7.0):
+        torch._dynamo.reset()
+        got, expected, fallbacks = run_compiled(f, (x,))
+        assert fallbacks == []
+        same_bits = (got.view(torch.int32) == expected.view(torch.int32)) | (got.isnan() & expected.isnan())
+        assert same_bits.all(), x[~same_bits][:4]
+    xd = x.double() * torch.rand(x.shape, dtype=torch.float64, generator=g).mul(2400).sub(1200).exp2()
+    torch._dynamo.reset()
+    got, expected, _ = run_compiled(lambda y: y * 0.5 + 2.0**-967, (xd,))
+    assert ((got.view(torch.int64) == expected.view(torch.int64)) | (got.isnan() & expected.isnan())).all()
+
+
 def _returned_by_tidal(model, inputs):
     """What tidal's backend hands Dynamo for `model`'s one graph, and the compiled outputs."""
     from tidal.dynamo import tidal_backend

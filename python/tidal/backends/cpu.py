@@ -11,6 +11,7 @@ from torch_mlir import ir
 import tidal.backends.aten_runtime  # noqa: F401  (registers tidal-aten-calls-to-runtime)
 import tidal.backends.blas  # noqa: F401  (registers tidal-matmul-to-blas)
 import tidal.backends.concat  # noqa: F401  (registers tidal-concat-in-place)
+import tidal.backends.exact_contractions  # noqa: F401  (registers tidal-contract-exact-multiply-adds)
 import tidal.backends.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
 import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
@@ -57,7 +58,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
-    "reconcile-unrealized-casts, tidal-prefer-wide-vectors, tidal-llvm-contract",
+    "reconcile-unrealized-casts, tidal-prefer-wide-vectors, tidal-contract-exact-multiply-adds, tidal-llvm-contract",
 )
 
 
