@@ -16,9 +16,11 @@ from tidal.compiler import compile_program
 from tidal.runtime import cache
 model, inputs = load_program_file({path!r})
 with torch.no_grad():
-    out = compile_program(model, inputs)(*inputs)
+    program = compile_program(model, inputs)
+    out = program(*inputs)
     torch.testing.assert_close(out, model(*inputs))
-print(json.dumps(cache.stats.__dict__))
+    torch.testing.assert_close(program.native.entry()(*inputs), program.native(*inputs))
+print(json.dumps(dict(cache.stats.__dict__, static_entry=program.native.static is not None)))
 """
 
 
@@ -38,6 +40,7 @@ def test_second_process_loads_instead_of_compiling(tmp_path):
     assert len(list(tmp_path.glob("*.so"))) == 1
     second = run(program, tmp_path)
     assert second["compiles"] == 0 and second["disk_hits"] == 1
+    assert first["static_entry"] and second["static_entry"]  # the shared library has it too
 
 
 def test_different_programs_get_different_entries(tmp_path):

@@ -276,6 +276,60 @@ def test_generated_entry_checks_arguments_in_cpp_first():
         torch.testing.assert_close(got, expected)
 
 
+def test_static_entry_takes_data_pointers_from_any_thread():
+    """An all-static program gets `_mlir_tidal_static_main` (one data pointer per tensor, no
+    descriptor), which the generated entry calls; it holds no per-call state, so threads calling
+    one entry at once each get their own results."""
+    import threading
+
+    def f(x, y):
+        return hop_map(lambda t, u: (t * 2 + u, t - u), x, y)
+
+    x, y = torch.randn(64, 8), torch.randn(64, 8)
+    program = compile_program(f, (x, y))
+    assert program.native.static is not None
+    entry = program.native.entry()
+    inputs = [(torch.randn(64, 8), torch.randn(64, 8)) for _ in range(4)]
+    wrong = []
+
+    def work(a, b):
+        want = f(a, b)
+        for _ in range(300):
+            got = entry(a, b)
+            if not all(torch.equal(g, w) for g, w in zip(got, want)):
+                wrong.append(got)
+
+    threads = [threading.Thread(target=work, args=ab) for ab in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
+def test_static_entry_needs_the_expanded_signature():
+    """`add_static_entry` adds nothing where the function's arguments are not the expanded
+    descriptors of the static signature it is given, or a shape is dynamic."""
+    from torch_mlir import ir
+
+    from tidal.runtime.executable import add_static_entry
+    from tidal.runtime.memref import TensorSig
+
+    text = "llvm.func @main(%a: !llvm.ptr, %b: !llvm.ptr, %c: i64, %d: i64, %e: i64) { llvm.return }"
+    with ir.Context():
+        for sigs in ([TensorSig(torch.float32, ())], [TensorSig(torch.float32, (None,))],
+                     [TensorSig(torch.float32, (4,)), TensorSig(torch.float32, (4,))]):
+            module = ir.Module.parse(text)
+            assert not add_static_entry(module, "main", sigs)
+            assert len(list(module.body.operations)) == 1
+        module = ir.Module.parse(text)
+        assert add_static_entry(module, "main", [TensorSig(torch.float32, (4,))])
+        assert module.operation.verify()
+        printed = str(module)  # data pointer twice (allocated, aligned), offset 0, size 4, stride 1
+        assert "%1 = llvm.mlir.constant(1 : i64)" in printed and "%2 = llvm.mlir.constant(4 : i64)" in printed, printed
+        assert "llvm.call @main(%arg0, %arg0, %0, %2, %1)" in printed, printed
+
+
 def test_generated_entry_hands_out_forwarded_results():
     from torch.fx.experimental.proxy_tensor import make_fx
 
