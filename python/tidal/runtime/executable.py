@@ -307,7 +307,9 @@ def _tensor_check(sigs: list[TensorSig]):
     thread-local state: a function of the tensors returning a bool (False for a non-tensor)."""
     from torch._C._dynamo.guards import TensorGuards
 
-    examples = [torch.empty(s.shape, dtype=s.dtype) for s in sigs]
+    # The sizes and strides checked are the lists; an example gives the rest (empty: a large
+    # argument's example would allocate its whole size).
+    examples = [torch.empty(0, dtype=s.dtype) for s in sigs]
     return TensorGuards(*examples, dynamic_dims_sizes=[list(s.shape) for s in sigs],
                         dynamic_dims_strides=[contiguous_strides(s.shape) for s in sigs]).check
 
