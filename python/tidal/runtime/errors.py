@@ -24,8 +24,10 @@ _HOOK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
 
 def _what() -> str:
-    fn = ctypes.CFUNCTYPE(ctypes.c_char_p)(externs.addresses()["torch_exception_get_what_without_backtrace"])
-    text = fn()
+    address = externs.addresses().get("torch_exception_get_what_without_backtrace")
+    if address is None:
+        return "ATen's message is not available from this version of torch"
+    text = ctypes.CFUNCTYPE(ctypes.c_char_p)(address)()
     return text.decode(errors="replace") if text else "unknown error"
 
 

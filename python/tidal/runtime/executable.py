@@ -189,11 +189,14 @@ class NativeFunction:
         lines = [f"def entry({', '.join(names)}):"]
         if checks:
             env["_as_compiled"] = _tensor_check(self.args)
-            lines += [f"    if not _as_compiled({', '.join(names)}):",
-                      "        try:", f"            unexpected = {' or '.join(checks)}",
-                      "        except AttributeError:  # not a tensor: the checked call says which",
-                      "            unexpected = True",
-                      "        if unexpected:", f"            return _checked({', '.join(names)})"]
+            python_checks = ["try:", f"    unexpected = {' or '.join(checks)}",
+                             "except AttributeError:  # not a tensor: the checked call says which",
+                             "    unexpected = True",
+                             "if unexpected:", f"    return _checked({', '.join(names)})"]
+            if env["_as_compiled"] is None:
+                lines += [f"    {line}" for line in python_checks]
+            else:
+                lines += [f"    if not _as_compiled({', '.join(names)}):"] + [f"        {line}" for line in python_checks]
         for j, r in enumerate(outs):
             env[f"_new{j}"] = self._new_results[j]
             lines.append(f"    {r} = _new{j}()")
@@ -304,14 +307,19 @@ def _static_function(address: int | None, count: int):
 def _tensor_check(sigs: list[TensorSig]):
     """Dynamo's C++ check that tensors are plain CPU tensors of these dtypes, contiguous shapes
     and strides, not requiring grad, with the dispatch keys such tensors have in the current
-    thread-local state: a function of the tensors returning a bool (False for a non-tensor)."""
-    from torch._C._dynamo.guards import TensorGuards
-
+    thread-local state: a function of the tensors returning a bool (False for a non-tensor).
+    None where this torch has no such check (a private API): the Python checks do it all."""
     # The sizes and strides checked are the lists; an example gives the rest (empty: a large
     # argument's example would allocate its whole size).
     examples = [torch.empty(0, dtype=s.dtype) for s in sigs]
-    return TensorGuards(*examples, dynamic_dims_sizes=[list(s.shape) for s in sigs],
-                        dynamic_dims_strides=[contiguous_strides(s.shape) for s in sigs]).check
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        check = TensorGuards(*examples, dynamic_dims_sizes=[list(s.shape) for s in sigs],
+                             dynamic_dims_strides=[contiguous_strides(s.shape) for s in sigs]).check
+    except (ImportError, TypeError, RuntimeError):
+        return None
+    return check
 
 
 def _with_forwarded(plan, computed: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor]:

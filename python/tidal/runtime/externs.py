@@ -43,10 +43,16 @@ def _torch_cpu_handle() -> ctypes.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
-def _address(name: str) -> int:
-    return ctypes.cast(getattr(_torch_cpu_handle(), name), ctypes.c_void_p).value
+def _address(name: str) -> int | None:
+    """None where this torch's library lacks the symbol: torch 2.11 (the GPU machine's) has no
+    `torch_exception_get_what_without_backtrace`, and before this looked every symbol up
+    unconditionally, no CPU program could be compiled there."""
+    fn = getattr(_torch_cpu_handle(), name, None)
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def addresses() -> dict[str, int]:
-    """Address of every required symbol, by name."""
-    return {name: _address(name) for name in sorted(_REQUIRED)}
+    """Address of every required symbol this torch has, by name. Code that calls one it lacks
+    fails to link when it is compiled (an error tidal reports), not when it runs."""
+    found = {name: _address(name) for name in sorted(_REQUIRED)}
+    return {name: address for name, address in found.items() if address}
