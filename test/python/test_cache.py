@@ -68,3 +68,33 @@ def test_cache_key_depends_on_the_compilers_code(monkeypatch):
     key = cache.cache_key("module {}", "main", "pipeline")
     monkeypatch.setattr(cache, "_compiler_fingerprint", lambda: "other code")
     assert cache.cache_key("module {}", "main", "pipeline") != key
+
+
+MANY_TENSORS = """
+import json, warnings, torch
+warnings.filterwarnings("ignore")
+from tidal.compiler import compile_program
+from tidal.runtime import cache
+xs = [torch.full((2,), float(i)) for i in range(1030)]
+
+def f(*xs):
+    return torch.stack(xs).sum(0)
+
+program = compile_program(f, tuple(xs))
+torch.testing.assert_close(program(*xs), f(*xs))
+print(json.dumps(dict(cache.stats.__dict__, static_entry=program.native.static is not None)))
+"""
+
+
+def test_program_of_more_tensors_than_ctypes_passes_as_arguments(tmp_path):
+    """1031 tensors (1030 arguments, one result): more than ctypes' 1024 arguments of a C function.
+    The program is called through its packed interface (one pointer argument), compiled and loaded
+    from the disk cache alike; it gets no static entry."""
+    env = dict(os.environ, TIDAL_CACHE_DIR=str(tmp_path))
+    stats = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", MANY_TENSORS], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        stats.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert stats[0]["compiles"] == 1 and stats[1]["disk_hits"] == 1
+    assert not stats[0]["static_entry"] and not stats[1]["static_entry"]

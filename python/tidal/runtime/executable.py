@@ -57,8 +57,8 @@ class NativeFunction:
     """Calls a compiled `_mlir_ciface_<name>` on torch tensors.
 
     `bind(descriptors)` returns a callable that runs the code on those (ctypes) structs, in the
-    C interface's order: it is either the JIT engine's packed wrapper or the C function of a
-    cached shared library; `keepalive` holds what owns the code. Each thread fills its own
+    C interface's order, through its packed wrapper (`_packed_binder`; the JIT's or a cached
+    shared library's); `keepalive` holds what owns the code. Each thread fills its own
     descriptors, made and bound once, those of static shapes complete but for the data pointer:
     a call writes a few fields and enters the code, with no ctypes objects made per call.
 
@@ -94,35 +94,22 @@ class NativeFunction:
         for name, address in externs.addresses().items():
             engine.raw_register_runtime(name, ctypes.c_void_p(address))
         errors.install(engine.raw_lookup(errors.ERROR_HOOK_SETTER))
-        packed = engine.lookup(func_name)  # void(void** args): each slot points at one argument
-        # raw_lookup(n) finds the symbol `_mlir_` + n: the static entry itself
+        # raw_lookup(n) finds the symbol `_mlir_` + n: the packed C interface, the static entry itself
+        packed = engine.raw_lookup(f"_mlir_ciface_{func_name}")
+        if not packed:
+            raise RuntimeError(f"compiled module has no function {func_name}")
         static = _static_function(engine.raw_lookup(STATIC_ENTRY + func_name), len(args) + len(results)) if has_static else None
-
-        def bind(descs):
-            # args[i] points at a slot holding descriptor i's address; `table` keeps `slots` alive
-            slots = (ctypes.c_void_p * len(descs))(*[ctypes.addressof(d) for d in descs])
-            table = (ctypes.c_void_p * len(descs))(*[ctypes.addressof(slots) + i * ctypes.sizeof(ctypes.c_void_p)
-                                                     for i in range(len(descs))])
-            table._slots = slots
-            return functools.partial(packed, table)
-
-        return cls(bind, engine, args, results, static)
+        return cls(_packed_binder(packed), engine, args, results, static)
 
     @classmethod
     def from_shared_library(cls, path: str, func_name: str, args, results):
         lib = ctypes.CDLL(path)
         setter = getattr(lib, f"_mlir_{errors.ERROR_HOOK_SETTER}", None)
         errors.install(ctypes.cast(setter, ctypes.c_void_p).value if setter is not None else None)
-        fn = getattr(lib, f"_mlir_ciface_{func_name}")
-        fn.restype = None
-
-        def bind(descs):
-            fn.argtypes = [ctypes.c_void_p] * len(descs)
-            return functools.partial(fn, *[ctypes.addressof(d) for d in descs])
-
+        packed = ctypes.cast(getattr(lib, f"_mlir__mlir_ciface_{func_name}"), ctypes.c_void_p).value
         static = getattr(lib, f"_mlir_{STATIC_ENTRY}{func_name}", None)
         static = _static_function(ctypes.cast(static, ctypes.c_void_p).value, len(args) + len(results)) if static is not None else None
-        return cls(bind, lib, args, results, static)
+        return cls(_packed_binder(packed), lib, args, results, static)
 
     def _bound(self):
         state = getattr(self._per_thread, "state", None)
@@ -270,9 +257,10 @@ def add_static_entry(llvm_module: ir.Module, func_name: str, sigs: list[TensorSi
     the descriptors' C interface needs two pointer fields written per tensor first (entry of a
     while_loop's 3 arguments and 2 results: 0.71 -> 0.53 us for those steps).
 
-    Adds nothing and returns False unless every shape is static and `<func_name>` takes exactly
-    the expanded descriptors of `sigs` and returns nothing (results passed as arguments)."""
-    if not sigs or not all(s.is_static for s in sigs):
+    Adds nothing and returns False unless every shape is static, there are at most
+    CTYPES_MAX_ARGS tensors, and `<func_name>` takes exactly the expanded descriptors of `sigs`
+    and returns nothing (results passed as arguments)."""
+    if not sigs or len(sigs) > CTYPES_MAX_ARGS or not all(s.is_static for s in sigs):
         return False
     target = next((op for op in llvm_module.body.operations if op.operation.name == "llvm.func"
                    and ir.StringAttr(op.attributes["sym_name"]).value == func_name), None)
@@ -298,6 +286,29 @@ def add_static_entry(llvm_module: ir.Module, func_name: str, sigs: list[TensorSi
     wrapper.operation.detach_from_parent()
     llvm_module.body.append(wrapper)
     return True
+
+
+def _packed_binder(address: int):
+    """`bind` for the packed C interface at `address` (`void(void** args)`, each slot pointing at
+    one descriptor's address), which the JIT and a cached shared library both have. One pointer
+    argument whatever the number of tensors: ctypes refuses C functions of more than
+    CTYPES_MAX_ARGS arguments, which the plain C interface of a cached program with one
+    argument per tensor would exceed past 1024 tensors."""
+    packed = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
+
+    def bind(descs):
+        # table[i] points at a slot holding descriptor i's address; `table` keeps `slots` alive
+        slots = (ctypes.c_void_p * len(descs))(*[ctypes.addressof(d) for d in descs])
+        table = (ctypes.c_void_p * len(descs))(*[ctypes.addressof(slots) + i * ctypes.sizeof(ctypes.c_void_p)
+                                                 for i in range(len(descs))])
+        table._slots = slots
+        return functools.partial(packed, table)
+
+    return bind
+
+
+# The most arguments of a C function ctypes calls (CPython's CTYPES_MAX_ARGCOUNT).
+CTYPES_MAX_ARGS = 1024
 
 
 def _static_function(address: int | None, count: int):
