@@ -44,9 +44,8 @@ def _torch_cpu_handle() -> ctypes.CDLL:
 
 @functools.lru_cache(maxsize=None)
 def _address(name: str) -> int | None:
-    """None where this torch's library lacks the symbol: torch 2.11 (the GPU machine's) has no
-    `torch_exception_get_what_without_backtrace`, and before this looked every symbol up
-    unconditionally, no CPU program could be compiled there."""
+    """None where this torch's library lacks the symbol (torch 2.11, the GPU machine's, has no
+    `torch_exception_get_what_without_backtrace`): programs that do not call it still compile."""
     fn = getattr(_torch_cpu_handle(), name, None)
     return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
