@@ -73,6 +73,25 @@ def test_long_associative_scan_is_one_look_back_kernel():
     assert ".entry look_back(" in ptx and "atom.global.gpu.release.exch" in ptx
 
 
+def test_look_back_tile_scans_each_threads_rows_in_registers():
+    """The chunk is a [G, K, C] tile (row g*K + j at [g, j]) scanned along K, and Triton lays it
+    out with no lane and no warp along K: each thread scans its K rows in registers; only the G
+    group totals cross threads (a [G, C] scan of (prefix, has prefix, total) triples)."""
+    from tidal.backends.gpu import kernels as K
+
+    program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    kernel = K.lookback_scan_kernel(op, "look_back", 512, 16, 32, live=(False, True))
+    ttgir = kernel_asm(kernel, "ttgir", ("cuda", 90))
+    scan = re.search(r'"tt\.scan"\(%\w+, %\w+\) <\{axis = 1 : i32, reverse = false\}>.*?-> \(tensor<32x16x16xf32, (#\w+)>', ttgir, re.S)
+    assert scan, ttgir
+    layout = re.search(rf"^{scan.group(1)} = #ttg\.blocked<\{{(.*)\}}>", ttgir, re.M).group(1)
+    threads = [int(n) for n in re.search(r"threadsPerWarp = \[(\d+), (\d+), (\d+)\]", layout).groups()]
+    warps = [int(n) for n in re.search(r"warpsPerCTA = \[(\d+), (\d+), (\d+)\]", layout).groups()]
+    assert threads[1] == 1 and warps[1] == 1, layout
+    assert re.search(r'"tt\.scan"\((%\w+, ){4}%\w+\) <\{axis = 0 : i32, reverse = false\}>.*?tensor<32x16xi32', ttgir, re.S)
+
+
 def _walk(op):
     for region in op.regions:
         for block in region.blocks:

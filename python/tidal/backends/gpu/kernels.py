@@ -436,7 +436,7 @@ FOLD_BLOCK = 256  # partials per row folded at once by the last program
 
 
 def _fold_rows(b, value: str, shape: tuple[int, ...], axis: int, combiner: str, elem: str) -> str:
-    """`tt.reduce` of a 1-d or 2-d tile along `axis` with the scalar op `combiner`."""
+    """`tt.reduce` of a tile along `axis` with the scalar op `combiner`."""
     red, p, q, t = b.fresh(), b.fresh(), b.fresh(), b.fresh()
     rest = tuple(n for d, n in enumerate(shape) if d != axis)
     b.emit(f'{red} = "tt.reduce"({value}) <{{axis = {axis} : i32}}> ({{')
@@ -647,6 +647,135 @@ class _RowsScan:
         b.emit("}")
 
 
+def _spread(b: KernelBuilder, vec: str, elem: str, shape: tuple[int, ...], axis: int) -> str:
+    """A vector along `axis` of a tile of `shape`, repeated along every other axis."""
+    cur = (shape[axis],)
+    for d in range(len(shape)):
+        if d != axis:
+            nxt = cur[:d] + (1,) + cur[d:]
+            vec = b.op(f"tt.expand_dims {vec} {{axis = {d} : i32}} : {tensor_type(cur, elem)} -> {tensor_type(nxt, elem)}")
+            cur = nxt
+    return b.op(f"tt.broadcast {vec} : {tensor_type(cur, elem)} -> {tensor_type(shape, elem)}")
+
+
+def _spread_runs(b: KernelBuilder, value: str, elem: str, shape: tuple[int, int, int]) -> str:
+    """A [G, C] tile repeated along the middle axis of a [G, K, C] one."""
+    g, _, c = shape
+    e = b.op(f"tt.expand_dims {value} {{axis = 1 : i32}} : {tensor_type((g, c), elem)} -> {tensor_type((g, 1, c), elem)}")
+    return b.op(f"tt.broadcast {e} : {tensor_type((g, 1, c), elem)} -> {tensor_type(shape, elem)}")
+
+
+# Rows each thread scans in its registers in a look-back chunk (`_GroupedTile`).
+LOOKBACK_RUN = 16
+
+
+class _GroupedTile:
+    """A look-back chunk of `block_t` rows as a [G, K, block_c] tile holding row g*K + j at
+    [g, j]: Triton gives the threads the G and column axes and repeats the tile along K, so the
+    scan along K runs inside each thread's registers. The G group totals then get an exclusive
+    scan across threads (G·C elements, not G·K·C) and each row combines its group's prefix.
+    [1M, 16] f32 linear recurrence on an H200, prototype side by side: 94.6 us against 112.5
+    for a [512, 16] `tt.scan` (whose layout walks the rows across lanes and warps: 600 shuffles
+    a thread against 208); without the look-back the two tile scans took 56.6 and 80.8 us.
+
+    A combine has no known identity, so the exclusive prefixes scan (E, has E, L) triples:
+    [E1 L1] then [E2 L2] is [(E1 L1 E2) L2], with E absent for a group of its own."""
+
+    def __init__(self, b: KernelBuilder, op, elems: list[str], xs: list[str], block_t: int, block_c: int,
+                 cols: str, length: str, width: str, reverse: bool):
+        self.b, self.op, self.elems, self.xs = b, op, elems, xs
+        self.length, self.width, self.reverse = length, width, reverse
+        run = min(LOOKBACK_RUN, block_t)
+        groups = block_t // run
+        self.tile = tile = (groups, run, block_c)
+        self.groups_tile = (groups, block_c)
+        t_i32 = tensor_type(tile, "i32")
+
+        def arange(n):
+            return b.op(f"tt.make_range {{end = {n} : i32, start = 0 : i32}} : {tensor_type((n,), 'i32')}")
+
+        g3, j3 = _spread(b, arange(groups), "i32", tile, 0), _spread(b, arange(run), "i32", tile, 1)
+        self.position = b.binary("arith.addi", b.binary("arith.muli", g3, b.const(run, "i32", tile), t_i32), j3, t_i32)
+        self.cols_t = _spread(b, cols, "i32", tile, 2)
+        self.col_ok = b.op(f"arith.cmpi slt, {self.cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
+        self.last_in_run = b.op(f"arith.cmpi eq, {j3}, {b.const(run - 1, 'i32', tile)} : {t_i32}")
+        g2 = _broadcast_vector(b, arange(groups), "i32", self.groups_tile, axis=1)
+        self.last_group = b.op(f"arith.cmpi eq, {g2}, {b.const(groups - 1, 'i32', self.groups_tile)} : {tensor_type(self.groups_tile, 'i32')}")
+        self.addr = _Addressing(b, tile)
+
+    def load_scan(self, start: str, end: str):
+        """Rows [start, start + block_t) (in scan order) loaded and scanned within their groups.
+        Returns the tile state `finish` takes and the chunk's total ([C] vectors; a partial last
+        chunk's is garbage, read by none)."""
+        b, tile, elems, op = self.b, self.tile, self.elems, self.op
+        t_i32 = tensor_type(tile, "i32")
+        s = b.binary("arith.addi", b.splat(start, "i32", tile), self.position, t_i32)
+        t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", self.length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
+             if self.reverse else s)
+        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
+        mask = b.binary("arith.andi", in_range, self.col_ok, tensor_type(tile, "i1"))
+        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(self.width, "i32", tile), t_i32), self.cols_t, t_i32)
+        loaded = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
+        runs = _tt_scan(b, op, loaded, elems, tile, axis=1)
+        totals = _last_rows(b, runs, elems, tile, self.last_in_run, axis=1)  # [G, C] per group
+        before, has_before = self._exclusive(totals)
+        gt = self.groups_tile
+        with_before = _combine_scalars(b, op, before, totals, gt)
+        has = b.op(f"arith.cmpi ne, {has_before}, {b.const(0, 'i32', gt)} : {tensor_type(gt, 'i32')}")
+        through = [b.op(f"arith.select {has}, {w}, {v} : {tensor_type(gt, 'i1')}, {tensor_type(gt, e)}")
+                   for w, v, e in zip(with_before, totals, elems)]
+        total = _last_rows(b, through, elems, gt, self.last_group)
+        return (runs, before, has, off, mask), total
+
+    def _exclusive(self, totals: list[str]) -> tuple[list[str], str]:
+        """Each group's prefix of the groups before it, and an i32 tile nonzero where there is one."""
+        b, op, elems, gt = self.b, self.op, self.elems, self.groups_tile
+        k = len(elems)
+        tys = [tensor_type(gt, e) for e in [*elems, "i32", *elems]]
+        scanned = b.fresh()
+        e1, e2 = [b.fresh() for _ in elems], [b.fresh() for _ in elems]
+        l1, l2 = [b.fresh() for _ in elems], [b.fresh() for _ in elems]
+        f1, f2 = b.fresh(), b.fresh()
+        b.emit(f'{scanned}:{2 * k + 1} = "tt.scan"({", ".join([*totals, b.const(0, "i32", gt), *totals])}) '
+               f'<{{axis = 0 : i32, reverse = false}}> ({{')
+        args = [*zip(e1, elems), (f1, "i32"), *zip(l1, elems), *zip(e2, elems), (f2, "i32"), *zip(l2, elems)]
+        b.emit(f"^bb0({', '.join(f'{v}: {e}' for v, e in args)}):")
+        b.indent += 1
+        zero = b.const(0, "i32")
+
+        def pick(flag, yes, no):
+            cond = b.op(f"arith.cmpi ne, {flag}, {zero} : i32")
+            return [b.op(f"arith.select {cond}, {y}, {n} : {e}") for y, n, e in zip(yes, no, elems)]
+
+        middle = pick(f1, _combine_scalars(b, op, e1, l1, ()), l1)
+        before = pick(f2, _combine_scalars(b, op, middle, e2, ()), middle)
+        b.emit(f"tt.scan.return {', '.join([*before, b.const(1, 'i32'), *l2])} : {', '.join([*elems, 'i32', *elems])}")
+        b.indent -= 1
+        b.emit(f"}}) : ({', '.join(tys)}) -> ({', '.join(tys)})")
+        return [f"{scanned}#{i}" for i in range(k)], f"{scanned}#{k}"
+
+    def finish(self, state, ys: list, prefix: list[str], has_prefix: str) -> None:
+        """The tile with each group's prefix (the chunk's `prefix` where `has_prefix`, then the
+        groups before it) combined in, stored to `ys` (None entries: not stored)."""
+        b, op, elems, tile, gt = self.b, self.op, self.elems, self.tile, self.groups_tile
+        runs, before, has_before, off, mask = state
+        gt_i1 = tensor_type(gt, "i1")
+        spread = [_broadcast_vector(b, p, e, gt, axis=0) for p, e in zip(prefix, elems)]
+        chunk_too = b.splat(has_prefix, "i1", gt)
+        both = _combine_scalars(b, op, spread, before, gt)
+        groups_only = [b.op(f"arith.select {chunk_too}, {x}, {y} : {gt_i1}, {tensor_type(gt, e)}") for x, y, e in zip(both, before, elems)]
+        entering = [b.op(f"arith.select {has_before}, {x}, {y} : {gt_i1}, {tensor_type(gt, e)}") for x, y, e in zip(groups_only, spread, elems)]
+        apply = b.binary("arith.ori", has_before, chunk_too, gt_i1)
+        entering3 = [_spread_runs(b, v, e, tile) for v, e in zip(entering, elems)]
+        apply3 = _spread_runs(b, apply, "i1", tile)
+        combined = _combine_scalars(b, op, entering3, runs, tile)
+        values = [b.op(f"arith.select {apply3}, {c}, {v} : {tensor_type(tile, 'i1')}, {tensor_type(tile, e)}")
+                  for c, v, e in zip(combined, runs, elems)]
+        for y, v, e in zip(ys, values, elems):
+            if y is not None:
+                self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
+
+
 def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, ...] | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] contiguous tensors, one program per block of
     `block_c` columns walking every row in tiles of `block_t` rows (`_RowsScan`): the form for
@@ -678,7 +807,7 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
                          live: tuple[bool, ...] | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] contiguous tensors in ONE pass over the data: a
     decoupled look-back (CUB's single-pass scan) over chunks of one tile of `block_t` rows,
-    held in registers from load to store.
+    held in registers from load to store (`_GroupedTile`: each thread scans runs of rows).
 
     Each program takes the next (chunk, column block) from an atomic counter (`vid`, chunk-major:
     every chunk a program waits for belongs to a program already running), scans its tile,
@@ -707,11 +836,10 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)),
                     b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
     col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
-    scan = _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
+    tile = _GroupedTile(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
     begin = b.binary("arith.muli", chunk, b.const(block_t, "i32"), "i32")
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, b.const(block_t, 'i32'), 'i32')}, {length} : i32")
-    tile_values, tile_off, tile_mask = scan.load_scan(begin, end)
-    total = _last_rows(b, tile_values, elems, scan.tile, scan.last_row)  # (a partial last chunk's: read by none)
+    tile_state, total = tile.load_scan(begin, end)
     row_addr = _Addressing(b, (block_c,))
     vec_tys = [tensor_type((block_c,), e) for e in elems]
 
@@ -733,7 +861,7 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     with_prefix = _combine_scalars(b, op, prefix, total, (block_c,))
     inclusive = [b.op(f"arith.select {has_prefix}, {w}, {t} : {ty}") for w, t, ty in zip(with_prefix, total, vec_tys)]
     publish(incs, inclusive, two)
-    scan.finish(tile_values, tile_off, tile_mask, ys, prefix, has_prefix)
+    tile.finish(tile_state, ys, prefix, has_prefix)
     kernel = b.text()
     return Kernel(kernel.name, kernel.text, kernel.signature, num_warps=LOOKBACK_WARPS)
 
@@ -840,13 +968,13 @@ def _segmented_scan(b: KernelBuilder, op, restart: str, values: list[str], elems
     return [f"{scanned}#{i + 1}" for i in range(k)]
 
 
-def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tuple[int, ...]) -> list[str]:
-    """`tt.scan` along axis 0 with `op`'s combine."""
+def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tuple[int, ...], axis: int = 0) -> list[str]:
+    """`tt.scan` along `axis` with `op`'s combine."""
     k = len(tiles)
     tys = [tensor_type(shape, e) for e in elems]
     scanned = b.fresh()
     lhs, rhs = [b.fresh() for _ in elems], [b.fresh() for _ in elems]
-    b.emit(f'{scanned}:{k} = "tt.scan"({", ".join(tiles)}) <{{axis = 0 : i32, reverse = false}}> ({{')
+    b.emit(f'{scanned}:{k} = "tt.scan"({", ".join(tiles)}) <{{axis = {axis} : i32, reverse = false}}> ({{')
     b.emit(f"^bb0({', '.join(f'{v}: {e}' for v, e in zip([*lhs, *rhs], [*elems, *elems]))}):")
     b.indent += 1
     out = _combine_scalars(b, op, lhs, rhs, ())
@@ -856,13 +984,15 @@ def _tt_scan(b: KernelBuilder, op, tiles: list[str], elems: list[str], shape: tu
     return [f"{scanned}#{i}" for i in range(k)]
 
 
-def _last_rows(b: KernelBuilder, values: list[str], elems: list[str], shape: tuple[int, int], last_row: str) -> list[str]:
-    """Row `last_row` (an i1 tile true on one row) of each [R, C] tile, as [C] vectors."""
+def _last_rows(b: KernelBuilder, values: list[str], elems: list[str], shape: tuple[int, ...], last_row: str,
+               axis: int = 0) -> list[str]:
+    """The slice where `last_row` (an i1 tile true at one index of `axis`) holds, of each tile:
+    an [R, C] tile's last row as a [C] vector."""
     rows = []
     for v, e in zip(values, elems):
         zero = b.const("0.000000e+00" if e.startswith(("f", "bf")) else 0, e, shape)
         picked = b.op(f"arith.select {last_row}, {v}, {zero} : {tensor_type(shape, 'i1')}, {tensor_type(shape, e)}")
-        rows.append(_fold_rows(b, picked, shape, 0, "arith.addf" if e.startswith(("f", "bf")) else "arith.addi", e))
+        rows.append(_fold_rows(b, picked, shape, axis, "arith.addf" if e.startswith(("f", "bf")) else "arith.addi", e))
     return rows
 
 
