@@ -830,10 +830,10 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     as loading its tile (4.4 us), with nothing else in flight: DRAM 36% busy. Tried (in a
     prototype or here) and not faster: acquire loads or a sleep instead of atomic polls, windows of
     16-256, an L2 prefetch of the tile 132-528 tickets ahead, (value, epoch) words without
-    fences, a lag of one chunk re-read from L2, persistent programs prefetching into registers,
-    register caps of 168/200 (spills), runs of 4/8/32 rows, 32 or 128 KiB tiles. Keeping DRAM
-    busy through a look-back needs the next tile in flight without registers (asynchronous
-    copies into shared memory), which TTIR cannot ask for."""
+    fences, a lag of one chunk (re-read from L2, or held in registers), persistent programs
+    prefetching into registers, register caps of 168/200 (spills), runs of 4/8/32 rows, 32 or
+    128 KiB tiles. Keeping DRAM busy through a look-back needs the next tile in flight without
+    registers (asynchronous copies into shared memory), which TTIR cannot ask for."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
