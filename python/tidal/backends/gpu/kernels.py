@@ -449,10 +449,7 @@ def _fold_rows(b, value: str, shape: tuple[int, ...], axis: int, combiner: str, 
 
 def _broadcast_vector(b, vec: str, elem: str, shape: tuple[int, int], axis: int) -> str:
     """A vector along one axis of a 2-d tile, repeated along the other (`axis` is the new one)."""
-    length = shape[1 - axis]
-    one = (length, 1) if axis == 1 else (1, length)
-    e = b.op(f"tt.expand_dims {vec} {{axis = {axis} : i32}} : {tensor_type((length,), elem)} -> {tensor_type(one, elem)}")
-    return b.op(f"tt.broadcast {e} : {tensor_type(one, elem)} -> {tensor_type(shape, elem)}")
+    return _spread(b, vec, elem, shape, 1 - axis)
 
 
 def _fold_partials(b, combiners, elems, parts, init_ptrs, inits, res, arrivals, pid_p, splits, rows1, row_mask,
@@ -573,6 +570,21 @@ def _combine_scalars(b: KernelBuilder, op, lhs: list[str], rhs: list[str], shape
     raise AssertionError(f"combine of {k} operands without tidal.yield")
 
 
+def _scan_order_addresses(b: KernelBuilder, tile: tuple[int, ...], position: str, start: str, end: str, length: str,
+                          width: str, cols_t: str, col_ok: str, reverse: bool) -> tuple[str, str]:
+    """Offsets and mask of a tile of [T, C] rows whose element at `position` (an i32 tile: its
+    place among the tile's rows in scan order) is row start + position of the scan, in range
+    below `end`; `reverse` scans read row T-1 first."""
+    t_i32 = tensor_type(tile, "i32")
+    s = b.binary("arith.addi", b.splat(start, "i32", tile), position, t_i32)
+    t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
+         if reverse else s)
+    in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
+    mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile, "i1"))
+    off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
+    return off, mask
+
+
 class _RowsScan:
     """Emits the inclusive scan along dim 0 of rows [begin, end) (in scan order) of k [T, C]
     contiguous tensors, for the `block_c` columns `cols`, in tiles of `block_t` rows: `tt.scan`
@@ -584,7 +596,7 @@ class _RowsScan:
         self.b, self.op, self.elems, self.xs = b, op, elems, xs
         self.block_t, self.block_c, self.cols, self.length, self.width, self.reverse = block_t, block_c, cols, length, width, reverse
         self.tile = tile = (block_t, block_c)
-        self.t_i32 = t_i32 = tensor_type(tile, "i32")
+        t_i32 = tensor_type(tile, "i32")
         self.cols_t = _broadcast_vector(b, cols, "i32", tile, axis=0)
         rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
         self.rows_t = _broadcast_vector(b, rows1, "i32", tile, axis=1)
@@ -599,13 +611,9 @@ class _RowsScan:
 
     def load_scan(self, start: str, end: str) -> tuple[list[str], str, str]:
         """The tile of rows [start, start + block_t) loaded and scanned: (values, offsets, mask)."""
-        b, tile, t_i32 = self.b, self.tile, self.t_i32
-        s = b.binary("arith.addi", b.splat(start, "i32", tile), self.rows_t, t_i32)  # position in scan order
-        t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", self.length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
-             if self.reverse else s)
-        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
-        mask = b.binary("arith.andi", in_range, self.col_ok, tensor_type(tile, "i1"))
-        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(self.width, "i32", tile), t_i32), self.cols_t, t_i32)
+        b, tile = self.b, self.tile
+        off, mask = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.width, self.cols_t,
+                                          self.col_ok, self.reverse)
         tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, self.elems)]
         return _tt_scan(b, self.op, tiles, self.elems, tile), off, mask
 
@@ -708,13 +716,8 @@ class _GroupedTile:
         Returns the tile state `finish` takes and the chunk's total ([C] vectors; a partial last
         chunk's is garbage, read by none)."""
         b, tile, elems, op = self.b, self.tile, self.elems, self.op
-        t_i32 = tensor_type(tile, "i32")
-        s = b.binary("arith.addi", b.splat(start, "i32", tile), self.position, t_i32)
-        t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", self.length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
-             if self.reverse else s)
-        in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
-        mask = b.binary("arith.andi", in_range, self.col_ok, tensor_type(tile, "i1"))
-        off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(self.width, "i32", tile), t_i32), self.cols_t, t_i32)
+        off, mask = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.width, self.cols_t,
+                                          self.col_ok, self.reverse)
         loaded = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
         runs = _tt_scan(b, op, loaded, elems, tile, axis=1)
         totals = _last_rows(b, runs, elems, tile, self.last_in_run, axis=1)  # [G, C] per group
