@@ -150,7 +150,7 @@ def gpu_function(prog, dump_dir: str | None = None):
     if dump_dir:
         _dump(dump_dir, len(STAGES), "gpu", prog.module)
         for kernel in program.kernels_for_emit():
-            with open(os.path.join(dump_dir, f"{kernel.name}.ttir"), "w") as f:
+            with open(os.path.join(dump_dir, f"{kernel.name}.{kernel.stage}"), "w") as f:
                 f.write(kernel.text)
     return program
 

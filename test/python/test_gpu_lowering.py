@@ -164,20 +164,82 @@ def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line():
 
 def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():
     """An RNN cell (rows never mix): ONE kernel per program block of batch rows, with the time loop
-    (`scf.for` over T) and the cell's matmul (`tt.dot`) inside; the input projection x_t·W was
-    hoisted out of the scan (one matmul before it, an ATen call), so the loop reads x_t·W."""
+    (`scf.for` over T) and the cell's matmul inside, as three TF32 tensor-core products (hi·hi +
+    hi·lo + lo·hi: fp32-accurate); the input projection x_t·W was hoisted out of the scan (one
+    matmul before it, an ATen call), so the loop reads x_t·W."""
     program = _gpu_program(CORPUS / "rnn_scan_wide.py")
     kernels = program.kernels_for_emit()
     assert [k.name for k in kernels] == ["tidal_scan_rows_1"], [k.name for k in kernels]
-    ttir = kernel_asm(kernels[0], "ttir", ("cuda", 90))
-    loop = ttir.index("scf.for")
-    assert ttir.index("tt.dot", loop) > loop
-    assert ttir.count("tt.dot") == 1
-    # x_t·W, the dot's accumulator, was loaded one step ahead: it comes in as a loop-carried value
-    # (the load in the loop is for the next step), not from a load the dot waits on
-    (carried,) = re.findall(r"scf\.for %\w+ = .* iter_args\(%(\w+) = %\w+, %(\w+) = %\w+\)", ttir)
-    (accumulator,) = re.findall(r"tt\.dot %\w+, %\w+, %(\w+)", ttir)
-    assert accumulator == carried[1], ttir
+    ttgir = kernel_asm(kernels[0], "ttgir", ("cuda", 90))
+    loop = ttgir.index("scf.for")
+    assert ttgir.index("tt.dot", loop) > loop
+    assert ttgir.count("tt.dot ") == 3 and ttgir.count("inputPrecision = tf32") == 3, ttgir
+    # x_t·W was loaded one step ahead: it comes in as a loop-carried value that the step adds,
+    # and the loop's load is yielded for the next step (no step waits on its own load)
+    (carried,) = re.findall(r"scf\.for %\w+ = .* iter_args\(%(\w+) = %\w+, %(\w+) = %\w+\)", ttgir)
+    assert re.search(rf"arith\.addf (%\w+, %{carried[1]}|%{carried[1]}, %\w+)", ttgir), ttgir
+    (yielded,) = re.findall(r"scf\.yield %\w+, %(\w+)", ttgir)
+    assert re.search(rf"%{yielded} = tt\.load", ttgir), ttgir
+
+
+def test_row_kernel_holds_the_weights_in_registers_as_dot_operands():
+    """The row kernel is written at TTGIR level: U's TF32 high and low parts are split once,
+    before the time loop, in the dot's B-operand layout (registers), and nothing in the loop
+    reads them from shared memory; each step converts h to the A operand once. Left to Triton
+    (TTIR), U's parts sat in shared memory and were reloaded every step."""
+    program = _gpu_program(CORPUS / "rnn_scan_wide.py")
+    (kernel,) = program.kernels_for_emit()
+    assert kernel.stage == "ttgir"
+    ttgir = kernel_asm(kernel, "ttgir", ("cuda", 90))
+    head, loop = ttgir.split("scf.for", 1)
+    rhs = r"#ttg\.dot_op<\{opIdx = 1"
+    assert len(re.findall(r"cvt\.rna\.tf32\.f32.*" + rhs, head)) == 2, head  # U's hi and lo, once
+    assert not re.search(r"cvt\.rna\.tf32\.f32.*" + rhs, loop)
+    assert "ttg.local_alloc" not in ttgir and "ttg.local_load" not in ttgir, ttgir
+    assert loop.count("ttg.convert_layout") == 1, loop  # h -> A operand
+    assert "@TARGET@" not in ttgir and 'ttg.target = "cuda:90"' in ttgir
+    ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
+    assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") > 0
+
+
+def test_tanh_is_branch_free():
+    """tanh (f32, on tiles) computes both of libdevice's paths and selects: __nv_tanhf's
+    per-element branch ran a thread's elements one after another (`ttir._tanh_f32`)."""
+    import torch
+
+    program = _traced_gpu_program(lambda x: torch.tanh(x) * 2.0, torch.randn(1000))
+    (kernel,) = program.kernels_for_emit()
+    ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
+    assert "__nv_tanhf" not in kernel.text and "ex2.approx.ftz.f32" in ptx and "rcp.approx.ftz.f32" in ptx
+    body = ptx[ptx.index(".entry"):]
+    assert not re.search(r"\bbra\b", body), body
+
+
+def _wide_two_matrix_scan(h0, xs, u1, u2):
+    from torch._higher_order_ops import scan
+
+    import torch
+
+    def step(h, x):
+        h = torch.tanh(x + h @ u1)
+        return h, h @ u2
+
+    return scan(step, h0, xs)
+
+
+def test_row_kernel_whose_weights_exceed_the_registers_is_left_to_triton():
+    """U1 [128, 128] and U2 [128, 32] take 160 KiB as TF32 parts: more than the registers of the
+    kernel's 4 warps hold (64 KiB; its narrowest tile is 32 wide), within shared memory. The kernel
+    stays TTIR (Triton places the weights in shared memory) and compiles."""
+    import torch
+
+    args = (torch.randn(16, 128), torch.randn(4, 16, 128), torch.randn(128, 128) * 0.05, torch.randn(128, 32) * 0.05)
+    program = _traced_gpu_program(_wide_two_matrix_scan, *args)
+    rows = [k for k in program.kernels_for_emit() if "scan_rows" in k.name]
+    assert len(rows) == 1 and rows[0].stage == "ttir", [(k.name, k.stage) for k in program.kernels_for_emit()]
+    ttir = kernel_asm(rows[0], "ttir", ("cuda", 90))
+    assert ttir.count("tt.dot") == 2 and "tf32x3" in ttir
+    assert ".entry" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
 
 def cond_clamp(x):

@@ -34,6 +34,9 @@ DOT_PRECISION = "tf32x3"
 # Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
 # failed to compile. Bigger weights run as the host loop instead.
 WEIGHT_BYTES_ON_CHIP = 192 * 1024
+# Weights (both parts) that fit the registers per warp of the kernel (`_Layouts`): 16 KiB a warp
+# is 128 registers a thread, half the register file with one program an SM.
+REGISTER_WEIGHT_BYTES_PER_WARP = 16 * 1024
 
 
 @dataclass
@@ -194,12 +197,61 @@ class _Analysis:
 
 
 def _weight_bytes(a: "_Analysis") -> int:
-    """Shared memory the step's matrices take in the kernel (f32, as two TF32 parts each)."""
+    """Bytes the step's matrices take as their TF32 high and low parts (f32 each)."""
     total = 0
     for c in a.matrices:
         kk, nn = _shape(a.args[a.n + a.k + c])
         total += 2 * 4 * kk * nn
     return total
+
+
+def _tile_widths(a: "_Analysis") -> set[int]:
+    """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded)."""
+    widths = {_shape(v)[1] for v in a.operands[: a.n]}
+    widths |= {_shape(v)[2] for j, v in enumerate(a.operands[a.n : a.n + a.k]) if len(list(a.args[a.n + j].uses))}
+    for inner in a.block.operations:
+        widths |= {_shape(r)[1] for r in inner.results if _shape(r) is not None and len(_shape(r)) == 2
+                   and inner.operation.name != "linalg.transpose"}
+    return widths
+
+
+class _Layouts:
+    """Where the row kernel's values live.
+
+    In registers (`explicit`, a TTGIR kernel): every [ROWS, w] tile in one mma accumulator
+    layout (warps side by side along the columns), each weight's TF32 high and low parts held
+    as tt.dot B operands for the whole loop, and a matmul's left-hand side converted to the A
+    operand once a step (through shared memory: the only traffic a step has there). Otherwise
+    (TTIR) Triton picks: it keeps the weights' parts in shared memory and reloads them, and
+    the A operand's, every step. On the bench RNN (H = 128, an H200) the step took 2.9 us that
+    way against 1.7 in registers (shared-memory stalls: ncu's MIO throttle and wait)."""
+
+    def __init__(self, explicit: bool, warps: int):
+        self.explicit, self.warps = explicit, warps
+        if not explicit:
+            self.tile = self.rows = self.cols = self.lhs = self.rhs = self.rhs_k = self.rhs_n = ""
+            return
+        self.alias = (f"#mma = #ttg.nvidia_mma<{{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, {warps}], "
+                      f"instrShape = [16, 8]}}>")
+        self.tile = "#mma"
+        self.rows, self.cols = "#ttg.slice<{dim = 1, parent = #mma}>", "#ttg.slice<{dim = 0, parent = #mma}>"
+        self.lhs = "#ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>"
+        self.rhs = "#ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>"
+        self.rhs_k, self.rhs_n = f"#ttg.slice<{{dim = 1, parent = {self.rhs}}}>", f"#ttg.slice<{{dim = 0, parent = {self.rhs}}}>"
+
+    def parent(self, axis_encoding: str) -> str:
+        """The 2-d encoding a 1-d one (a slice) expands into."""
+        if axis_encoding in (self.rows, self.cols):
+            return self.tile
+        return self.rhs
+
+
+def _layouts(a: "_Analysis") -> _Layouts:
+    """Explicit layouts where the weights fit the registers: at most half the register file
+    (128 KiB at 8 warps; the bench RNN's [128, 128] U takes 128 registers a thread of 247)."""
+    warps = max(1, min(NUM_WARPS, min(_tile_widths(a)) // 8))  # no mma tile wider than a value
+    explicit = _weight_bytes(a) <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
+    return _Layouts(explicit, warps if explicit else NUM_WARPS)
 
 
 def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
@@ -210,7 +262,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
+    lay = _layouts(a)
     b = KernelBuilder(new_name())
+    if lay.explicit:
+        b.layout, b.aliases, b.warps = (lambda shape: lay.tile), [lay.alias], lay.warps
     init_ptrs = [b.pointer_arg(f"init{i}", "f32") for i in range(n)]
     xs_ptrs = [b.pointer_arg(f"xs{i}", "f32") for i in range(k)]
     const_ptrs = {c: b.pointer_arg(f"const{c}", "f32") for c in consts}
@@ -219,53 +274,70 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     ys_ptrs = [b.pointer_arg(f"ys{j}", "f32") for j in range(len(ys))]
 
     i32 = "i32"
+    vec = lambda size, elem, enc: tensor_type((size,), elem, enc)  # noqa: E731
     pid = b.op("tt.get_program_id x : i32")
     first = b.binary("arith.muli", pid, b.const(ROWS, i32), i32)
-    lanes = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {tensor_type((ROWS,), i32)}")
-    rows = b.binary("arith.addi", b.splat(first, i32, (ROWS,)), lanes, tensor_type((ROWS,), i32))
-    row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (ROWS,))} : {tensor_type((ROWS,), 'i32')}")
+    lanes = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {vec(ROWS, i32, lay.rows)}")
+    rows = b.binary("arith.addi", b.splat(first, i32, (ROWS,), lay.rows), lanes, vec(ROWS, i32, lay.rows))
+    row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (ROWS,), lay.rows)} : "
+                    f"{vec(ROWS, 'i32', lay.rows)}")
     cache: dict = {}
 
-    def column_range(w):
-        if ("cols", w) not in cache:
-            cache[("cols", w)] = b.op(f"tt.make_range {{end = {w} : i32, start = 0 : i32}} : {tensor_type((w,), i32)}")
-        return cache[("cols", w)]
+    def arange(w, enc):
+        if ("range", w, enc) not in cache:
+            cache[("range", w, enc)] = b.op(f"tt.make_range {{end = {w} : i32, start = 0 : i32}} : {vec(w, i32, enc)}")
+        return cache[("range", w, enc)]
 
-    def grid2d(left, lsize, right, w, elem):
+    def grid2d(left, lsize, left_enc, right, w, right_enc, elem):
         """left[:, None] op right[None, :] broadcast to [lsize, w]"""
-        l2 = b.op(f"tt.expand_dims {left} {{axis = 1 : i32}} : {tensor_type((lsize,), elem)} -> {tensor_type((lsize, 1), elem)}")
-        r2 = b.op(f"tt.expand_dims {right} {{axis = 0 : i32}} : {tensor_type((w,), elem)} -> {tensor_type((1, w), elem)}")
-        return (b.op(f"tt.broadcast {l2} : {tensor_type((lsize, 1), elem)} -> {tensor_type((lsize, w), elem)}"),
-                b.op(f"tt.broadcast {r2} : {tensor_type((1, w), elem)} -> {tensor_type((lsize, w), elem)}"))
+        enc = lay.parent(left_enc)
+        l2 = b.op(f"tt.expand_dims {left} {{axis = 1 : i32}} : {vec(lsize, elem, left_enc)} -> {tensor_type((lsize, 1), elem, enc)}")
+        r2 = b.op(f"tt.expand_dims {right} {{axis = 0 : i32}} : {vec(w, elem, right_enc)} -> {tensor_type((1, w), elem, enc)}")
+        return (b.op(f"tt.broadcast {l2} : {tensor_type((lsize, 1), elem, enc)} -> {tensor_type((lsize, w), elem, enc)}"),
+                b.op(f"tt.broadcast {r2} : {tensor_type((1, w), elem, enc)} -> {tensor_type((lsize, w), elem, enc)}"))
 
     def tile_offsets(w):
         """Offsets of this program's rows of a row-major [B, w] matrix, and their mask."""
         if ("off", w) not in cache:
-            ty = tensor_type((ROWS, w), i32)
-            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(w, i32), i32, (ROWS,)), tensor_type((ROWS,), i32)),
-                          ROWS, column_range(w), w, i32)
-            m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {tensor_type((ROWS,), 'i1')} -> {tensor_type((ROWS, 1), 'i1')}")
-            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1')} -> {tensor_type((ROWS, w), 'i1')}")
+            ty = tensor_type((ROWS, w), i32, lay.tile)
+            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(w, i32), i32, (ROWS,), lay.rows), vec(ROWS, i32, lay.rows)),
+                          ROWS, lay.rows, arange(w, lay.cols), w, lay.cols, i32)
+            m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {vec(ROWS, 'i1', lay.rows)} -> "
+                      f"{tensor_type((ROWS, 1), 'i1', lay.tile)}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', lay.tile)} -> {tensor_type((ROWS, w), 'i1', lay.tile)}")
             cache[("off", w)] = (b.binary("arith.addi", r, c, ty), mask)
         return cache[("off", w)]
 
-    def pointers(ptr, offsets, shape):
-        ptr_ty = tensor_type(shape, "!tt.ptr<f32>")
+    def pointers(ptr, offsets, shape, enc):
+        ptr_ty = tensor_type(shape, "!tt.ptr<f32>", enc)
         p = b.op(f"tt.splat {ptr} : !tt.ptr<f32> -> {ptr_ty}")
-        return b.op(f"tt.addptr {p}, {offsets} : {ptr_ty}, {tensor_type(shape, i32)}")
+        return b.op(f"tt.addptr {p}, {offsets} : {ptr_ty}, {tensor_type(shape, i32, enc)}")
+
+    def step_offsets(w, step_base):
+        off, mask = tile_offsets(w)
+        if step_base is not None:
+            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w), lay.tile), tensor_type((ROWS, w), i32, lay.tile))
+        return off, mask
 
     def load_tile(ptr, w, step_base=None):
-        off, mask = tile_offsets(w)
-        if step_base is not None:
-            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w)), tensor_type((ROWS, w), i32))
-        zero = b.const("0.000000e+00", "f32", (ROWS, w))
-        return b.op(f"tt.load {pointers(ptr, off, (ROWS, w))}, {mask}, {zero} : {tensor_type((ROWS, w), '!tt.ptr<f32>')}")
+        off, mask = step_offsets(w, step_base)
+        zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+        return b.op(f"tt.load {pointers(ptr, off, (ROWS, w), lay.tile)}, {mask}, {zero} : "
+                    f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
 
     def store_tile(ptr, value, w, step_base=None):
-        off, mask = tile_offsets(w)
-        if step_base is not None:
-            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w)), tensor_type((ROWS, w), i32))
-        b.emit(f"tt.store {pointers(ptr, off, (ROWS, w))}, {value}, {mask} : {tensor_type((ROWS, w), '!tt.ptr<f32>')}")
+        off, mask = step_offsets(w, step_base)
+        b.emit(f"tt.store {pointers(ptr, off, (ROWS, w), lay.tile)}, {value}, {mask} : "
+               f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
+
+    def tf32(x, ty):
+        return b.op(f'tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{constraints = "=r,r", packed_element = 1 : i32, '
+                    f"pure = true}} {x} : {ty} -> {ty}")
+
+    def split(x, ty):
+        """x's TF32 high part and the TF32 rounding of the rest (hi·hi + hi·lo + lo·hi: fp32-accurate products)."""
+        hi = tf32(x, ty)
+        return hi, tf32(b.binary("arith.subf", x, hi, ty), ty)
 
     const_args = a.args[n + k :]
     values: dict = {}
@@ -276,23 +348,27 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         kk, nn = _shape(m)
         # element (i, j) of a [K, N] const is at i·N + j; of the transpose of an [N, K] one at j·K + i
         row_stride, col_stride = (1, kk) if m in a.transposed else (nn, 1)
-        scaled = lambda v, size, s: v if s == 1 else b.binary(  # noqa: E731
-            "arith.muli", v, b.splat(b.const(s, i32), i32, (size,)), tensor_type((size,), i32))
-        r, cc = grid2d(scaled(column_range(kk), kk, row_stride), kk, scaled(column_range(nn), nn, col_stride), nn, i32)
-        off = b.binary("arith.addi", r, cc, tensor_type((kk, nn), i32))
-        matrix_loads.append((m, pointers(const_ptrs[c], off, (kk, nn)), (kk, nn)))
+        scaled = lambda v, size, s, enc: v if s == 1 else b.binary(  # noqa: E731
+            "arith.muli", v, b.splat(b.const(s, i32), i32, (size,), enc), vec(size, i32, enc))
+        r, cc = grid2d(scaled(arange(kk, lay.rhs_k), kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
+                       scaled(arange(nn, lay.rhs_n), nn, col_stride, lay.rhs_n), nn, lay.rhs_n, i32)
+        off = b.binary("arith.addi", r, cc, tensor_type((kk, nn), i32, lay.rhs))
+        matrix_loads.append((m, pointers(const_ptrs[c], off, (kk, nn), lay.rhs), (kk, nn)))
     for m, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
-        values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>')}")
+        values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>', lay.rhs)}")
+        if lay.explicit:
+            values[m] = split(values[m], tensor_type(shape, "f32", lay.rhs))
     vectors = {}
     for c in sorted(a.vectors):
         (w,) = _shape(const_args[c])
-        v = b.op(f"tt.load {pointers(const_ptrs[c], column_range(w), (w,))} : {tensor_type((w,), '!tt.ptr<f32>')}")
-        v2 = b.op(f"tt.expand_dims {v} {{axis = 0 : i32}} : {tensor_type((w,), 'f32')} -> {tensor_type((1, w), 'f32')}")
-        vectors[const_args[c]] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32')} -> {tensor_type((ROWS, w), 'f32')}")
+        v = b.op(f"tt.load {pointers(const_ptrs[c], arange(w, lay.cols), (w,), lay.cols)} : {vec(w, '!tt.ptr<f32>', lay.cols)}")
+        v2 = b.op(f"tt.expand_dims {v} {{axis = 0 : i32}} : {vec(w, 'f32', lay.cols)} -> {tensor_type((1, w), 'f32', lay.tile)}")
+        vectors[const_args[c]] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32', lay.tile)} -> "
+                                      f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
 
     widths = [_shape(v)[1] for v in a.operands[:n]]
     xs_widths = [_shape(v)[2] for v in a.operands[n : n + k]]
-    carry_types = [tensor_type((ROWS, w), "f32") for w in widths]
+    carry_types = [tensor_type((ROWS, w), "f32", lay.tile) for w in widths]
     for w in {*widths, *xs_widths, *(_shape(v)[1] for v in ys)}:
         tile_offsets(w)  # before the loop: the stores after it use them too
     inits = [load_tile(p, w) for p, w in zip(init_ptrs, widths)]
@@ -309,7 +385,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return b.binary("arith.subi", b.const(a.length - 1, i32), i, i32) if a.reverse else i
 
     firsts = [xs_tile(j, step_of(b.const(0, i32))) for j in prefetched]
-    loop_types = [*carry_types, *(tensor_type((ROWS, xs_widths[j]), "f32") for j in prefetched)]
+    loop_types = [*carry_types, *(tensor_type((ROWS, xs_widths[j]), "f32", lay.tile) for j in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
     b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {b.const(a.length, i32)} step {b.const(1, i32)} "
            f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
@@ -320,6 +396,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     values.update((a.args[n + j], x) for j, x in zip(prefetched, iter_args[n:]))
     ahead = b.op(f"arith.minsi {b.binary('arith.addi', t, b.const(1, i32), i32)}, {b.const(a.length - 1, i32)} : i32")
     nexts = [xs_tile(j, step_of(ahead)) for j in prefetched]  # the last step loads its own slices again
+    lhs_parts: dict = {}
     for inner in a.block.operations:
         name = inner.operation.name
         if name in ("tensor.empty", "arith.constant", "linalg.transpose"):
@@ -330,14 +407,26 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         if name == "linalg.fill":
             w = _shape(inner.results[0])[1]
             scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
-            values[inner.results[0]] = b.const(scalar, "f32", (ROWS, w))
+            values[inner.results[0]] = b.const(scalar, "f32", (ROWS, w), lay.tile)
         elif name == "linalg.matmul":
             lhs, m, init = inner.operands
             w, kk = _shape(inner.results[0])[1], _shape(lhs)[1]
-            acc = values[init] if init in values else b.const("0.000000e+00", "f32", (ROWS, w))
-            values[inner.results[0]] = b.op(
-                f"tt.dot {values[lhs]}, {values[m]}, {acc}, inputPrecision = {DOT_PRECISION} : {tensor_type((ROWS, kk), 'f32')} * "
-                f"{tensor_type(_shape(m), 'f32')} -> {tensor_type((ROWS, w), 'f32')}")
+            acc = values[init] if init in values else b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+            out_ty = tensor_type((ROWS, w), "f32", lay.tile)
+            if not lay.explicit:
+                values[inner.results[0]] = b.op(
+                    f"tt.dot {values[lhs]}, {values[m]}, {acc}, inputPrecision = {DOT_PRECISION} : {tensor_type((ROWS, kk), 'f32')} * "
+                    f"{tensor_type(_shape(m), 'f32')} -> {out_ty}")
+                continue
+            lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
+            if lhs not in lhs_parts:
+                converted = b.op(f"ttg.convert_layout {values[lhs]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
+                lhs_parts[lhs] = split(converted, lhs_ty)
+            (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[lhs], values[m]
+            rhs_ty = tensor_type(_shape(m), "f32", lay.rhs)
+            for x, y in ((a_lo, m_hi), (a_hi, m_lo), (a_hi, m_hi)):  # the small products first
+                acc = b.op(f"tt.dot {x}, {y}, {acc}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")
+            values[inner.results[0]] = acc
         else:  # a row-wise generic
             g = GenericBody(inner, "probe")
             g.b = b
@@ -345,7 +434,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             body_values = {}
             for arg, v in zip(g.body.arguments, g.ins):
                 scalar = _scalar_constant(v)
-                body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w)) if scalar is not None
+                body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w), lay.tile) if scalar is not None
                                     else vectors[v] if v in vectors else values[v])
             for r, v in zip(inner.results, g.run_body(None, body_values, {}, None, (ROWS, w))):
                 values[r] = v
@@ -358,6 +447,6 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for i, (p, w) in enumerate(zip(out_ptrs, widths)):
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
-    kernel.num_warps = NUM_WARPS
+    kernel.num_warps = lay.warps
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows, a.length)

@@ -2,8 +2,11 @@
 
 `triton.compile(path)` on a `.ttir` file skips the make_ttir passes (inliner, canonicalize,
 combine, CSE); a source object of the AST kind whose `make_ir` parses our text runs them all
-(FOUNDATION.md). Triton's cache is keyed by the source's hash, here the text and signature: a
-kernel compiled once (any process) is loaded from disk. No GPU is needed to compile for a target.
+(FOUNDATION.md). A kernel written at TTGIR level (explicit layouts, `Kernel.stage`) enters as
+Gluon's frontend output does: its cleanup passes, then straight to LLVM (Triton's layout passes
+would undo the layouts). Triton's cache is keyed by the source's hash, here the text and
+signature: a kernel compiled once (any process) is loaded from disk. No GPU is needed to compile
+for a target.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import tempfile
 import types
 
-from tidal.backends.gpu.ttir import Kernel
+from tidal.backends.gpu.ttir import TARGET_PLACEHOLDER, Kernel
 
 DEFAULT_TARGET = ("cuda", 90)
 
@@ -32,14 +35,16 @@ def _triton():
     return GPUTarget, Language, ASTSource, triton_compile
 
 
-def _source(kernel: Kernel):
+def _source(kernel: Kernel, text: str):
     _, Language, ASTSource, _ = _triton()
     from triton._C.libtriton import ir as tir
 
+    language = Language.GLUON if kernel.stage == "ttgir" else Language.TRITON
+
     class TextSource(ASTSource):
         def __init__(self):  # noqa: D401  (ASTSource's constructor needs a Python function)
-            self.name, self.signature, self.text = kernel.name, dict(kernel.signature), kernel.text
-            self.language, self.ext, self.constants, self.attrs = Language.TRITON, "ttir", {}, {}
+            self.name, self.signature, self.text = kernel.name, dict(kernel.signature), text
+            self.language, self.ext, self.constants, self.attrs = language, kernel.stage, {}, {}
             key = hashlib.sha256((self.text + repr(self.signature)).encode()).hexdigest()
             self.fn = types.SimpleNamespace(cache_key=key, arg_names=list(self.signature), launch_metadata=None, __name__=self.name)
 
@@ -47,7 +52,7 @@ def _source(kernel: Kernel):
             return self.fn.cache_key
 
         def make_ir(self, target, options, codegen_fns, module_map, context):
-            with tempfile.NamedTemporaryFile("w", suffix=".ttir", delete=False) as f:
+            with tempfile.NamedTemporaryFile("w", suffix="." + kernel.stage, delete=False) as f:
                 f.write(self.text)
             try:
                 module = tir.parse_mlir_module(f.name, context)
@@ -76,9 +81,16 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None):
     key = (kernel.text, tuple(kernel.signature.items()), target, kernel.num_warps)
     if key not in _compiled:
         gpu_target = GPUTarget(target[0], target[1], 32) if target else None
+        text = kernel.text
+        if kernel.stage == "ttgir":
+            if gpu_target is None:
+                from triton.runtime import driver
+
+                gpu_target = driver.active.get_current_target()
+            text = text.replace(TARGET_PLACEHOLDER, f"{gpu_target.backend}:{gpu_target.arch}")
         try:
             _compiled[key] = triton_compile(
-                _source(kernel), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
+                _source(kernel, text), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
             )
         except RuntimeError as exc:
             raise RuntimeError(f"triton could not compile kernel {kernel.name}:\n{kernel.text}") from exc
@@ -86,5 +98,9 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None):
 
 
 def kernel_asm(kernel: Kernel, stage: str, target: tuple[str, int] = DEFAULT_TARGET) -> str:
-    """`kernel` as text at `stage` (ttir: after make_ttir; ttgir; llir; ptx)."""
-    return compile_kernel(kernel, target).asm[stage]
+    """`kernel` as text at `stage` (ttir: after make_ttir; ttgir; llir; ptx). A kernel written at
+    TTGIR level has no TTIR: asked for it, its TTGIR comes back, saying so."""
+    asm = compile_kernel(kernel, target).asm
+    if stage == "ttir" and kernel.stage == "ttgir":
+        return f"// {kernel.name} is written at TTGIR level (explicit layouts): no TTIR stage\n{asm['ttgir']}"
+    return asm[stage]
