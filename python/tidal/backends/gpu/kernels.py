@@ -835,8 +835,13 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     16-256, an L2 prefetch of the tile 132-528 tickets ahead, (value, epoch) words without
     fences, a lag of one chunk (re-read from L2, or held in registers), persistent programs
     prefetching into registers, register caps of 168/200 (spills), runs of 4/8/32 rows, 32 or
-    128 KiB tiles. Keeping DRAM busy through a look-back needs the next tile in flight without
-    registers (asynchronous copies into shared memory), which TTIR cannot ask for."""
+    128 KiB tiles. Tiles in shared memory (a Gluon prototype, TTGIR-level control: cp.async
+    copies, the tile read back in [8-16, 16, 16] sub-tiles, so ~100-130 registers) were slower
+    too: the copies alone ran at 86% of copy, the scan without its look-back at 64-69%, and with
+    the look-back 176-230 us (persistent programs copying their next ticket's tile during the
+    current look-back: that ticket's total is published a whole tile later, and its successors
+    wait for it) or 140 us (its total published before the current look-back, three tiles held).
+    What the look-back waits for is the slowest recent chunk's total, not registers."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
