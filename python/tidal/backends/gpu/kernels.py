@@ -840,8 +840,10 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     too: the copies alone ran at 86% of copy, the scan without its look-back at 64-69%, and with
     the look-back 176-230 us (persistent programs copying their next ticket's tile during the
     current look-back: that ticket's total is published a whole tile later, and its successors
-    wait for it) or 140 us (its total published before the current look-back, three tiles held).
-    What the look-back waits for is the slowest recent chunk's total, not registers."""
+    wait for it) or 140 us (its total published before the current look-back, three tiles held);
+    one ticket a program as here, 72 registers and 3 programs an SM, 102.5-105.6 us (smaller tiles,
+    more programs: 116-173). What the look-back waits for is the slowest recent chunk's total,
+    and more programs in flight make that wait longer, not shorter."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
