@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from tidal.backends.gpu.kernels import GenericBody, _map_dims
-from tidal.backends.gpu.ttir import Kernel, KernelBuilder, tensor_type
+from tidal.backends.gpu.ttir import Kernel, KernelBuilder, inline_asm, tensor_type
 
 ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 2.5x slower: half the programs)
 NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H=128, T=128)
@@ -268,8 +268,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     consts = sorted(a.matrices | a.vectors)
     lay = _layouts(a)
     b = KernelBuilder(new_name())
+    b.warps = lay.warps
     if lay.explicit:
-        b.layout, b.aliases, b.warps = (lambda shape: lay.tile), [lay.alias], lay.warps
+        b.encoding, b.aliases = lay.tile, [lay.alias]
     init_ptrs = [b.pointer_arg(f"init{i}", "f32") for i in range(n)]
     xs_ptrs = [b.pointer_arg(f"xs{i}", "f32") for i in range(k)]
     const_ptrs = {c: b.pointer_arg(f"const{c}", "f32") for c in consts}
@@ -334,14 +335,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit(f"tt.store {pointers(ptr, off, (ROWS, w), lay.tile)}, {value}, {mask} : "
                f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
 
-    def tf32(x, ty):
-        return b.op(f'tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{constraints = "=r,r", packed_element = 1 : i32, '
-                    f"pure = true}} {x} : {ty} -> {ty}")
-
     def split(x, ty):
         """x's TF32 high part and the TF32 rounding of the rest (hi·hi + hi·lo + lo·hi: fp32-accurate products)."""
-        hi = tf32(x, ty)
-        return hi, tf32(b.binary("arith.subf", x, hi, ty), ty)
+        hi = inline_asm(b, "cvt.rna.tf32.f32", x, ty)
+        return hi, inline_asm(b, "cvt.rna.tf32.f32", b.binary("arith.subf", x, hi, ty), ty)
 
     const_args = a.args[n + k :]
     values: dict = {}
@@ -451,6 +448,5 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for i, (p, w) in enumerate(zip(out_ptrs, widths)):
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
-    kernel.num_warps = lay.warps
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows, a.length)

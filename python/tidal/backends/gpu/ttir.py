@@ -81,16 +81,14 @@ class KernelBuilder:
     lines: list[str] = field(default_factory=list)
     indent: int = 2
     _count: int = 0
-    # TTGIR only: the encoding of a tensor of a given shape that `ty` (the helpers below,
-    # translate_op) builds without one named, the layout aliases (`#name = ...`) and warps
-    layout: object = None
+    # TTGIR only (set: the kernel is TTGIR): the encoding of the tensors that `ty` (the helpers
+    # below, translate_op) builds without one named, and the layout aliases (`#name = ...`)
+    encoding: str = ""
     aliases: list[str] = field(default_factory=list)
     warps: int = 4
 
     def ty(self, shape: tuple[int, ...], elem: str, encoding: str | None = None) -> str:
-        if encoding is None:
-            encoding = self.layout(shape) if self.layout is not None and shape else ""
-        return tensor_type(shape, elem, encoding)
+        return tensor_type(shape, elem, self.encoding if encoding is None else encoding)
 
     def fresh(self) -> str:
         self._count += 1
@@ -136,15 +134,13 @@ class KernelBuilder:
         params = ", ".join(f"{ssa}: {ty}" for ssa, ty, _ in self.args)
         body = "\n".join(self.lines)
         module = "module"
-        if self.layout is not None:
+        if self.encoding:
             module = "".join(a + "\n" for a in self.aliases) + (
                 f'module attributes {{"ttg.num-ctas" = 1 : i32, "ttg.num-warps" = {self.warps} : i32, '
                 f'ttg.target = "{TARGET_PLACEHOLDER}", "ttg.threads-per-warp" = 32 : i32}}')
         text = f"{module} {{\n  tt.func public @{self.name}({params}) {{\n{body}\n    tt.return\n  }}\n}}\n"
         signature = {ssa[1:]: sig for ssa, _, sig in self.args}
-        if self.layout is not None:
-            return Kernel(self.name, text, signature, num_warps=self.warps, stage="ttgir")
-        return Kernel(self.name, text, signature)
+        return Kernel(self.name, text, signature, num_warps=self.warps, stage="ttgir" if self.encoding else "ttir")
 
 
 def translate_op(b: KernelBuilder, op, operands: list[str], shape: tuple[int, ...]) -> list[str]:
@@ -194,7 +190,8 @@ def translate_op(b: KernelBuilder, op, operands: list[str], shape: tuple[int, ..
     raise TidalUnsupported(f"GPU backend: '{name}' has no Triton lowering", op.location)
 
 
-def _inline_asm(b: KernelBuilder, instruction: str, x: str, ty: str) -> str:
+def inline_asm(b: KernelBuilder, instruction: str, x: str, ty: str) -> str:
+    """`instruction $0, $1;` on each 32-bit element of x (of type ty)."""
     return b.op(f'tt.elementwise_inline_asm "{instruction} $0, $1;" {{constraints = "=r,r", packed_element = 1 : i32, '
                 f"pure = true}} {x} : {ty} -> {ty}")
 
@@ -203,9 +200,10 @@ def _tanh_f32(b: KernelBuilder, x: str, ty: str, shape: tuple[int, ...]) -> str:
     """libdevice's tanhf, step for step (its constants, its approximate ex2 and rcp), with its two
     paths (|x| < 0.6: an odd polynomial; else 1 - 2/(e^2|x| + 1) with x's sign) computed for
     every element and selected: __nv_tanhf branches per element, so a thread's elements ran
-    one after another, on the critical path of a row kernel's step (bench RNN on an H200: 0.30
-    ms against 0.22 for tanh left out of the step). Values equal eager's tanhf."""
-    i_ty = ty.replace("xf32", "xi32")
+    one after another, on the critical path of a row kernel's step (bench RNN on an H200,
+    prototype: 0.30 ms with __nv_tanhf against 0.22 with an inexact tanh; tidal's kernel went
+    from 316 to 254 us with this one). Values equal eager's tanhf."""
+    i_ty, i1_ty = b.ty(shape, "i32"), b.ty(shape, "i1")
 
     def const(value):
         return b.const(value, "f32", shape)
@@ -219,13 +217,13 @@ def _tanh_f32(b: KernelBuilder, x: str, ty: str, shape: tuple[int, ...]) -> str:
     for c in ("1.331529766e-01", "-3.333276808e-01", "0.000000e+00"):
         poly = fma(poly, x2, const(c))
     small = fma(poly, x, x)
-    e = _inline_asm(b, "ex2.approx.ftz.f32", b.binary("arith.mulf", magnitude, const("2.885390043e+00"), ty), ty)
-    r = _inline_asm(b, "rcp.approx.ftz.f32", b.binary("arith.addf", e, const("1.000000e+00"), ty), ty)
+    e = inline_asm(b, "ex2.approx.ftz.f32", b.binary("arith.mulf", magnitude, const("2.885390043e+00"), ty), ty)
+    r = inline_asm(b, "rcp.approx.ftz.f32", b.binary("arith.addf", e, const("1.000000e+00"), ty), ty)
     big = fma(r, const("-2.000000e+00"), const("1.000000e+00"))
     saturated = b.op(f"arith.cmpf oge, {magnitude}, {const('9.010913849e+00')} : {ty}")
-    big = b.op(f"arith.select {saturated}, {const('1.000000e+00')}, {big} : {ty.replace('xf32', 'xi1')}, {ty}")
+    big = b.op(f"arith.select {saturated}, {const('1.000000e+00')}, {big} : {i1_ty}, {ty}")
     sign = b.binary("arith.andi", b.op(f"tt.bitcast {x} : {ty} -> {i_ty}"), b.const(-2147483648, "i32", shape), i_ty)
     signed = b.binary("arith.ori", sign, b.op(f"tt.bitcast {big} : {ty} -> {i_ty}"), i_ty)
     big = b.op(f"tt.bitcast {signed} : {i_ty} -> {ty}")
     near_zero = b.op(f"arith.cmpf ult, {magnitude}, {const('6.000000238e-01')} : {ty}")
-    return b.op(f"arith.select {near_zero}, {small}, {big} : {ty.replace('xf32', 'xi1')}, {ty}")
+    return b.op(f"arith.select {near_zero}, {small}, {big} : {i1_ty}, {ty}")
