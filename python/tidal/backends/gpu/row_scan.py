@@ -70,6 +70,18 @@ def _producer(value):
     return None if isinstance(owner, ir.Block) else owner
 
 
+def _zero_fill(value) -> bool:
+    """`value` is a linalg.fill of +0.0 (adding it changes nothing but the sign of a -0.0)."""
+    op = _producer(value)
+    if op is None or op.operation.name != "linalg.fill":
+        return False
+    scalar = _producer(op.operands[0])
+    return (scalar is not None and scalar.operation.name == "arith.constant"
+            and isinstance(scalar.attributes["value"], ir.FloatAttr)
+            and ir.FloatAttr(scalar.attributes["value"]).value == 0.0
+            and not str(scalar.attributes["value"]).startswith("-"))
+
+
 def _scalar_constant(value) -> tuple[str, str] | None:
     """(value text, element type) of a 0-d tensor constant, else None."""
     op = _producer(value)
@@ -226,7 +238,9 @@ class _Layouts:
     Otherwise (TTIR) Triton picks: it keeps the weights' parts in shared memory and reloads them,
     and the A operand's, every step. Bench RNN (B=32, H=128, T=128) on an H200: the kernel took
     372 us as TTIR (ncu: stalls on shared memory, MIO throttle and wait), 316 us in registers with
-    libdevice's tanhf, 232-254 us with the branch-free tanh (ttir._tanh_f32). Not kept: splitting
+    libdevice's tanhf, 232-254 us with the branch-free tanh (ttir._tanh_f32), 207-212 us with the
+    three products independent (each from zeros, then added; one chain through all three: 232,
+    the two small ones chained: 236; error against eager 2.2e-6 in all three). Not kept: splitting
     h before the conversion (two conversions; 292 us) and accumulating the dots onto the tile the
     step adds to them (228 us, but twice the error against eager: 4.8e-6)."""
 
@@ -425,9 +439,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                 lhs_parts[lhs] = split(converted, lhs_ty)
             (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[lhs], values[m]
             rhs_ty = tensor_type(_shape(m), "f32", lay.rhs)
-            for x, y in ((a_lo, m_hi), (a_hi, m_lo), (a_hi, m_hi)):  # the small products first
-                acc = b.op(f"tt.dot {x}, {y}, {acc}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")
-            values[inner.results[0]] = acc
+            dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
+            # three independent products: mma chains a third as deep as one chain through all three
+            zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+            small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
+            product = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
+            values[inner.results[0]] = (product if init not in values or _zero_fill(init)
+                                        else b.binary("arith.addf", acc, product, out_ty))
         else:  # a row-wise generic
             g = GenericBody(inner, "probe")
             g.b = b
