@@ -842,8 +842,16 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     current look-back: that ticket's total is published a whole tile later, and its successors
     wait for it) or 140 us (its total published before the current look-back, three tiles held);
     one ticket a program as here, 72 registers and 3 programs an SM, 102.5-105.6 us (smaller tiles,
-    more programs: 116-173). What the look-back waits for is the slowest recent chunk's total,
-    and more programs in flight make that wait longer, not shorter."""
+    more programs: 116-173). A lag of one ticket with group records did not pay either (Triton
+    prototype, H200, against 94.5-96.5 for this kernel): each program reads its next ticket's tile
+    for the total alone and publishes it (the last of a group of 32 tiles to arrive publishes the
+    group's total), then finishes its previous ticket, whose predecessors had a whole load to
+    publish, looking back over group records and the tile totals of its own group (two rounds),
+    re-reading the tile from L2: 98-103 us; with the next tile's loads in flight during that
+    finish (its tile re-read or kept in registers): 117-185 us, 117-121 with every publication
+    relaxed (no fences, measured only). Waiting there on a later ticket (the own group's total)
+    deadlocks: a program can hold two tickets of one group. What the look-back waits for is the
+    slowest recent chunk's total, and more programs in flight make that wait longer, not shorter."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
