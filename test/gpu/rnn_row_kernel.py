@@ -1,0 +1,56 @@
+# RUN: tidal-compile %s --emit ttgir --target cuda:90 | filecheck %s
+# RUN: tidal-compile %s --emit ptx --target cuda:90 | filecheck %s --check-prefix=PTX
+# An RNN cell scan is ONE persistent kernel written at TTGIR level: every [16, w] tile in one mma
+# accumulator layout; U split once, before the time loop, into TF32 high and low parts held as
+# tt.dot B operands (registers, never reloaded); each step converts h to the A operand once,
+# splits it, and computes the three TF32 products independently (each from zeros), then adds
+# them, x_t·W (loaded one step ahead) and the bias; tanh is branch-free.
+import torch
+from torch._higher_order_ops import scan
+
+
+class RNN(torch.nn.Module):
+    def __init__(self, d_in=16, d_h=32):
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.randn(d_in, d_h) * d_in**-0.5)
+        self.U = torch.nn.Parameter(torch.randn(d_h, d_h) * 0.5 * d_h**-0.5)
+        self.b = torch.nn.Parameter(torch.randn(d_h) * 0.1)
+
+    def forward(self, h0, xs):
+        def step(h, x):
+            h = torch.tanh(x @ self.W + h @ self.U + self.b)
+            return h, h.clone()
+
+        return scan(step, h0, xs)
+
+
+model = RNN()
+example_inputs = (torch.zeros(20, 32), torch.randn(9, 20, 16))
+
+# CHECK-LABEL: // kernel tidal_scan_rows_1 (ttgir, cuda:90)
+# CHECK:       #mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, 4], instrShape = [16, 8]}>
+# CHECK:       ttg.target = "cuda:90"
+# CHECK:       %[[ZERO:.+]] = arith.constant dense<0.000000e+00> : tensor<16x32xf32, #mma>
+# CHECK:       %[[U:.+]] = tt.load {{.*}} : tensor<32x32x!tt.ptr<f32>, #ttg.dot_op<{opIdx = 1
+# CHECK-NEXT:  %[[UHI:.+]] = tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{.*}} %[[U]]
+# CHECK-NEXT:  %[[ULO_F32:.+]] = arith.subf %[[U]], %[[UHI]]
+# CHECK-NEXT:  %[[ULO:.+]] = tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{.*}} %[[ULO_F32]]
+# CHECK:       scf.for %{{.+}} iter_args(%[[H:.+]] = %{{.+}}, %[[XW:.+]] = %{{.+}})
+# CHECK-NOT:   ttg.local_load
+# CHECK:       %[[A:.+]] = ttg.convert_layout %[[H]] : tensor<16x32xf32, #mma> -> tensor<16x32xf32, #ttg.dot_op<{opIdx = 0
+# CHECK-NEXT:  %[[AHI:.+]] = tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{.*}} %[[A]]
+# CHECK-NEXT:  %[[ALO_F32:.+]] = arith.subf %[[A]], %[[AHI]]
+# CHECK-NEXT:  %[[ALO:.+]] = tt.elementwise_inline_asm "cvt.rna.tf32.f32 $0, $1;" {{.*}} %[[ALO_F32]]
+# CHECK-NEXT:  %[[LOHI:.+]] = tt.dot %[[ALO]], %[[UHI]], %[[ZERO]], inputPrecision = tf32
+# CHECK-NEXT:  %[[HILO:.+]] = tt.dot %[[AHI]], %[[ULO]], %[[ZERO]], inputPrecision = tf32
+# CHECK-NEXT:  %[[SMALL:.+]] = arith.addf %[[LOHI]], %[[HILO]]
+# CHECK-NEXT:  %[[HIHI:.+]] = tt.dot %[[AHI]], %[[UHI]], %[[ZERO]], inputPrecision = tf32
+# CHECK-NEXT:  %[[HU:.+]] = arith.addf %[[HIHI]], %[[SMALL]]
+# CHECK-NEXT:  arith.addf %[[XW]], %[[HU]]
+# CHECK:       "ex2.approx.ftz.f32 $0, $1;"
+# CHECK-NOT:   ttg.local_load
+# CHECK:       scf.yield
+
+# PTX-LABEL: .entry tidal_scan_rows_1(
+# PTX:       mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+# PTX-NOT:   __nv_tanhf
