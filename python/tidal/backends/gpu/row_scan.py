@@ -70,18 +70,6 @@ def _producer(value):
     return None if isinstance(owner, ir.Block) else owner
 
 
-def _zero_fill(value) -> bool:
-    """`value` is a linalg.fill of +0.0 (adding it changes nothing but the sign of a -0.0)."""
-    op = _producer(value)
-    if op is None or op.operation.name != "linalg.fill":
-        return False
-    scalar = _producer(op.operands[0])
-    return (scalar is not None and scalar.operation.name == "arith.constant"
-            and isinstance(scalar.attributes["value"], ir.FloatAttr)
-            and ir.FloatAttr(scalar.attributes["value"]).value == 0.0
-            and not str(scalar.attributes["value"]).startswith("-"))
-
-
 def _scalar_constant(value) -> tuple[str, str] | None:
     """(value text, element type) of a 0-d tensor constant, else None."""
     op = _producer(value)
@@ -98,6 +86,12 @@ def _zero_constant(value) -> bool:
     op = _producer(value)
     return op is not None and op.operation.name == "arith.constant" and \
         str(op.attributes["value"]).split(" : ")[0] in ("0.000000e+00", "0.0")
+
+
+def _zero_fill(value) -> bool:
+    """`value` is a linalg.fill of +0.0."""
+    fill = _producer(value)
+    return fill is not None and fill.operation.name == "linalg.fill" and _zero_constant(fill.operands[0])
 
 
 class _Analysis:
@@ -160,7 +154,7 @@ class _Analysis:
             elif name == "linalg.matmul":
                 a, m, init = inner.operands
                 c = self.transposed.get(m, self.const_index(m))
-                if a not in tiles or c is None or not (init in tiles or self._zero_fill(init)):
+                if a not in tiles or c is None or not (init in tiles or _zero_fill(init)):
                     return False
                 (kk, nn) = _shape(m)
                 if not (_width_ok(kk) and _width_ok(nn)):
@@ -179,10 +173,6 @@ class _Analysis:
     def _tile_shaped(self, value) -> bool:
         s = _shape(value)
         return s is not None and len(s) == 2 and s[0] == self.rows and _width_ok(s[1])
-
-    def _zero_fill(self, value) -> bool:
-        fill = _producer(value)
-        return fill is not None and fill.operation.name == "linalg.fill" and _zero_constant(fill.operands[0])
 
     def _rowwise_generic(self, op, tiles) -> bool:
         g = GenericBody(op, "probe")
