@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from tidal.backends.gpu.kernels import GenericBody, _map_dims
-from tidal.backends.gpu.ttir import Kernel, KernelBuilder, inline_asm, tensor_type
+from tidal.backends.gpu.ttir import Kernel, KernelBuilder, inline_asm, round_to_tf32, tensor_type
 
 ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 2.5x slower: half the programs)
 NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H=128, T=128)
@@ -339,9 +339,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit(f"tt.store {pointers(ptr, off, (ROWS, w), lay.tile)}, {value}, {mask} : "
                f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
 
-    def split(x, ty):
-        """x's TF32 high part and the TF32 rounding of the rest (hi·hi + hi·lo + lo·hi: fp32-accurate products)."""
-        hi = inline_asm(b, "cvt.rna.tf32.f32", x, ty)
+    def split(x, shape, encoding):
+        """x's TF32 high part and the TF32 rounding of the rest (hi·hi + hi·lo + lo·hi: fp32-accurate
+        products). The high part is rounded in integer ops (`round_to_tf32`: an RNN splits its A
+        operand every step, and cvt.rna's NaN check took a third of the step's instructions); the
+        rest keeps cvt.rna, which keeps a NaN: x - hi is NaN wherever x is."""
+        ty = tensor_type(shape, "f32", encoding)
+        hi = round_to_tf32(b, x, ty, shape, encoding)
         return hi, inline_asm(b, "cvt.rna.tf32.f32", b.binary("arith.subf", x, hi, ty), ty)
 
     const_args = a.args[n + k :]
@@ -362,7 +366,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for m, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
         values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>', lay.rhs)}")
         if lay.explicit:
-            values[m] = split(values[m], tensor_type(shape, "f32", lay.rhs))
+            values[m] = split(values[m], shape, lay.rhs)
     vectors = {}
     for c in sorted(a.vectors):
         (w,) = _shape(const_args[c])
@@ -426,7 +430,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
             if lhs not in lhs_parts:
                 converted = b.op(f"ttg.convert_layout {values[lhs]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
-                lhs_parts[lhs] = split(converted, lhs_ty)
+                lhs_parts[lhs] = split(converted, (ROWS, kk), lay.lhs)
             (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[lhs], values[m]
             rhs_ty = tensor_type(_shape(m), "f32", lay.rhs)
             dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731

@@ -196,6 +196,21 @@ def inline_asm(b: KernelBuilder, instruction: str, x: str, ty: str) -> str:
                 f"pure = true}} {x} : {ty} -> {ty}")
 
 
+TF32_ROUND_BIAS, TF32_KEPT_BITS = 0x1000, -0x2000  # half of TF32's last place; the 19 bits TF32 keeps
+
+
+def round_to_tf32(b: KernelBuilder, x: str, ty: str, shape: tuple[int, ...], encoding: str | None = None) -> str:
+    """x rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32
+    rounds, in two integer ops on the bits (cvt.rna takes four on sm_90: it checks for NaN).
+    Equal to cvt.rna for every f32 but NaN (all 2^32 patterns checked against a rounding in
+    float64); a NaN comes out NaN or ±0, so a caller must carry NaNs some other way."""
+    bits_ty = b.ty(shape, "i32", encoding)
+    bits = b.op(f"tt.bitcast {x} : {ty} -> {bits_ty}")
+    biased = b.binary("arith.addi", bits, b.const(TF32_ROUND_BIAS, "i32", shape, encoding), bits_ty)
+    kept = b.binary("arith.andi", biased, b.const(TF32_KEPT_BITS, "i32", shape, encoding), bits_ty)
+    return b.op(f"tt.bitcast {kept} : {bits_ty} -> {ty}")
+
+
 def _tanh_f32(b: KernelBuilder, x: str, ty: str, shape: tuple[int, ...]) -> str:
     """libdevice's tanhf, step for step (its constants, its approximate ex2 and rcp), with its two
     paths (|x| < 0.6: an odd polynomial; else 1 - 2/(e^2|x| + 1) with x's sign) computed for
