@@ -1,31 +1,11 @@
-# RUN: tidal-compile %s --emit ttgir --target cuda:90 | filecheck %s
-# RUN: tidal-compile %s --emit ptx --target cuda:90 | filecheck %s --check-prefix=PTX
-# An RNN cell scan is ONE persistent kernel written at TTGIR level: every [16, w] tile in one mma
-# accumulator layout; U split once, before the time loop, into TF32 high and low parts held as
-# tt.dot B operands (registers, never reloaded); each step converts h to the A operand once,
-# splits it (the high part rounded in integer ops), and computes the three TF32 products independently (each from zeros), then adds
-# them, x_t·W (loaded one step ahead) and the bias; tanh is branch-free.
-import torch
-from torch._higher_order_ops import scan
-
-
-class RNN(torch.nn.Module):
-    def __init__(self, d_in=16, d_h=32):
-        super().__init__()
-        self.W = torch.nn.Parameter(torch.randn(d_in, d_h) * d_in**-0.5)
-        self.U = torch.nn.Parameter(torch.randn(d_h, d_h) * 0.5 * d_h**-0.5)
-        self.b = torch.nn.Parameter(torch.randn(d_h) * 0.1)
-
-    def forward(self, h0, xs):
-        def step(h, x):
-            h = torch.tanh(x @ self.W + h @ self.U + self.b)
-            return h, h.clone()
-
-        return scan(step, h0, xs)
-
-
-model = RNN()
-example_inputs = (torch.zeros(20, 32), torch.randn(9, 20, 16))
+# RUN: tidal-compile %S/../corpus/rnn_scan_wide.py --emit ttgir --target cuda:90 | filecheck %s
+# RUN: tidal-compile %S/../corpus/rnn_scan_wide.py --emit ptx --target cuda:90 | filecheck %s --check-prefix=PTX
+# An RNN cell scan (the corpus's rnn_scan_wide) is ONE persistent kernel written at TTGIR level:
+# every [16, w] tile in one mma accumulator layout; U split once, before the time loop, into TF32
+# high and low parts held as tt.dot B operands (registers, never reloaded); each step converts h
+# to the A operand once, splits it (the high part rounded in integer ops), computes the three
+# TF32 products independently (each from zeros), then adds them, x_t·W (loaded one step ahead)
+# and the bias; tanh is branch-free.
 
 # CHECK-LABEL: // kernel tidal_scan_rows_1 (ttgir, cuda:90)
 # CHECK:       #mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, 4], instrShape = [16, 8]}>
