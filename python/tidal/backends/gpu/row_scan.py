@@ -341,9 +341,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
 
     def split(x, shape, encoding):
         """x's TF32 high part and the TF32 rounding of the rest (hi·hi + hi·lo + lo·hi: fp32-accurate
-        products). The high part is rounded in integer ops (`round_to_tf32`: an RNN splits its A
-        operand every step, and cvt.rna's NaN check took a third of the step's instructions); the
-        rest keeps cvt.rna, which keeps a NaN: x - hi is NaN wherever x is."""
+        products). The high part is rounded in two integer ops (`round_to_tf32`; cvt.rna is four on
+        sm_90, and an RNN splits its A operand every step); the rest keeps cvt.rna, which keeps a
+        NaN: x - hi is NaN wherever x is."""
         ty = tensor_type(shape, "f32", encoding)
         hi = round_to_tf32(b, x, ty, shape, encoding)
         return hi, inline_asm(b, "cvt.rna.tf32.f32", b.binary("arith.subf", x, hi, ty), ty)
@@ -438,8 +438,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
             small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
             product = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
-            values[inner.results[0]] = (product if init not in values or _zero_fill(init)
-                                        else b.binary("arith.addf", acc, product, out_ty))
+            values[inner.results[0]] = product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)
         else:  # a row-wise generic
             g = GenericBody(inner, "probe")
             g.b = b
