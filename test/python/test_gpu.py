@@ -275,6 +275,22 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
         assert list((graph / part).glob("tidal_scan_rows_*.tt*ir")), part
 
 
+def test_row_kernel_carries_nans_in_their_rows_only():
+    """The row kernel's TF32 split feeds the tensor cores the unrounded rest of each operand: a NaN
+    in h or x_t must still make that row (and only that row) NaN from its step on, as in eager."""
+    model, (h0, xs) = _corpus_on_cuda(CORPUS / "rnn_scan_wide.py")
+    h0, xs = h0.clone(), xs.clone()
+    h0[3, 5] = float("nan")  # row 3 from the first step
+    xs[4, 17, 2] = float("nan")  # row 17 (the partial block of 16) from step 4
+    compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+    with torch.no_grad():
+        expected, got = model(h0, xs), compiled(h0, xs)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+    ys = got[1]
+    assert ys[:, 3].isnan().all() and ys[4:, 17].isnan().all() and not ys[:4, 17].isnan().any()
+    assert ys.isnan().sum() == ys[:, 3].numel() + ys[4:, 17].numel()
+
+
 def test_a_scan_whose_weights_do_not_fit_on_chip_matches_eager_on_cuda(tmp_path):
     """H = 256: U does not fit in shared memory (row_scan.WEIGHT_BYTES_ON_CHIP; Triton refused the
     kernel), so the scan runs as the host loop of its step's kernels, and matches eager."""

@@ -198,9 +198,11 @@ def test_row_kernel_holds_the_weights_in_registers_as_dot_operands():
     ttgir = kernel_asm(kernel, "ttgir", ("cuda", 90))
     head, loop = ttgir.split("scf.for", 1)
     rhs = r"#ttg\.dot_op<\{opIdx = 1"
-    # U's high part (rounded in integer ops) and its low part (cvt.rna), once
-    assert len(re.findall(r"arith\.andi .*" + rhs, head)) == 1 and len(re.findall(r"cvt\.rna\.tf32\.f32.*" + rhs, head)) == 1, head
-    assert not re.search(r"(cvt\.rna\.tf32\.f32|arith\.andi).*" + rhs, loop)
+    # U's high part (rounded in integer ops) and its low part (the rest, unrounded), once
+    assert len(re.findall(r"arith\.andi .*" + rhs, head)) == 1 and len(re.findall(r"arith\.subf .*" + rhs, head)) == 1, head
+    assert not re.search(r"(arith\.subf|arith\.andi).*" + rhs, loop)
+    # no cvt.rna anywhere: the tensor cores truncate the low parts to TF32 themselves
+    assert "cvt.rna" not in ttgir, ttgir
     assert "ttg.local_alloc" not in ttgir and "ttg.local_load" not in ttgir, ttgir
     assert loop.count("ttg.convert_layout") == 1, loop  # h -> A operand
     assert "@TARGET@" not in ttgir and 'ttg.target = "cuda:90"' in ttgir
