@@ -77,7 +77,7 @@ def _device(example_inputs) -> str:
 
 def _unsupported_inputs(example_inputs) -> str | None:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    devices = {t.device.type for t in tensors if t.dim() > 0 or t.device.type != "cpu"}
+    devices = {str(t.device) for t in tensors if t.dim() > 0 or t.device.type != "cpu"}  # cuda:0 and cuda:1 differ
     if len(devices) > 1:
         return f"inputs on several devices ({', '.join(sorted(devices))})"
     for t in tensors:

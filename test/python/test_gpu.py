@@ -108,6 +108,52 @@ def test_what_is_captured_as_a_cuda_graph():
     assert not program._graphs_enabled
 
 
+_TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs (the two-GPU test machine)")
+
+
+@_TWO_GPUS
+@pytest.mark.parametrize("name", ["rnn_scan_wide", "while_logistic_map", "s5_linear_recurrence", "chunked_cross_entropy",
+                                  "cond_clamp_invalid", "gru_scan"])
+def test_a_program_on_the_second_gpu_runs_there(name):
+    """Inputs on cuda:1 while cuda:0 is current: the kernels, allocations, constants and CUDA
+    graph captures all go to cuda:1 (a launch on the current device read cuda:1 memory from
+    cuda:0). Then the same program on cuda:0 gets kernels loaded there: a Triton kernel launches
+    only on the device it was first loaded on, and the kernel texts are the same."""
+    model, inputs = load_program_file(str(CORPUS / f"{name}.py"))
+    torch._dynamo.reset()
+    for device in ("cuda:1", "cuda:0"):
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device)
+        args = pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, inputs)
+        compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+        with warnings.catch_warnings(), torch.no_grad(), torch.cuda.device(0), torch.device(device):
+            warnings.simplefilter("ignore")
+            expected = model(*args)
+            for _ in range(3):  # the same buffers again: captured as a CUDA graph, then replayed
+                got = compiled(*args)
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+                assert all(t.device == torch.device(device) for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor))
+
+
+@_TWO_GPUS
+def test_a_graph_with_inputs_on_two_gpus_runs_in_eager_with_a_warning():
+    """tidal runs a graph's kernels on one GPU: inputs on two make the graph an eager fallback
+    that names the devices (strict mode raises)."""
+    from tidal.dynamo import TidalCompileError, TidalFallbackWarning
+
+    def f(x, y):
+        return x * 2, y + 1
+
+    x, y = torch.rand(8, device="cuda:0"), torch.rand(8, device="cuda:1")
+    torch._dynamo.reset()
+    with pytest.warns(TidalFallbackWarning, match=r"inputs on several devices \(cuda:0, cuda:1\)"):
+        got = torch.compile(f, backend="tidal")(x, y)
+    torch.testing.assert_close(got, f(x, y))
+    torch._dynamo.reset()
+    with pytest.raises(TidalCompileError, match="several devices"):
+        torch.compile(f, backend="tidal", options=STRICT)(x, y)
+
+
 _SCAN_TOLERANCES = {torch.float64: {}, torch.float32: {"rtol": 1e-4, "atol": 1e-4}}
 
 

@@ -81,15 +81,11 @@ class _Variants:
         if key not in self.entries:
             kernel = self.make(*key)
             self.program.kernels.append(kernel)
-            self.entries[key] = [kernel, None]
-        return self.entries[key][0]
+            self.entries[key] = kernel
+        return self.entries[key]
 
     def compiled(self, key: tuple):
-        self.kernel(key)
-        entry = self.entries[key]
-        if entry[1] is None:
-            entry[1] = compile_kernel(entry[0])
-        return entry[1]
+        return self.program.compiled(self.kernel(key))
 
 
 def _layout(flat_reads, tensors, count: int) -> tuple[bool, bool]:
@@ -183,10 +179,30 @@ class GpuProgram:
         self._graphs: dict = {}
         self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
+        self._loaded: dict = {}  # (kernel, device) -> its CompiledKernel (a CUDA module is per device)
+        self.device = None  # the GPU the current call runs on
+
+    def compiled(self, kernel):
+        """`kernel` compiled and loaded for the GPU this call runs on."""
+        key = (id(kernel), self.device)
+        compiled = self._loaded.get(key)
+        if compiled is None:
+            compiled = self._loaded[key] = compile_kernel(kernel, device=self.device)
+        return compiled
 
     def __call__(self, *tensors):
+        device = next((t.get_device() for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), -1)
+        if device < 0:
+            device = torch.cuda.current_device()
+        # the inputs' GPU, whichever is current: every allocation, constant, launch and capture
+        # below goes to the current device and its current stream
+        with torch.cuda._DeviceGuard(device):
+            self.device = device
+            return self._run(tensors)
+
+    def _run(self, tensors):
         # 0-d tensors the boundary made of Python scalars arrive on the CPU
-        args = [t.cuda() if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
+        args = [t.to(f"cuda:{self.device}") if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
         if not self._graphs_enabled:
             return self.plan.run({}, args, self.block)
         key = tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else ("value", a)
@@ -682,15 +698,11 @@ class GpuProgram:
         self.kernels.append(launch.kernel)
         results = list(op.results)
         shapes = [list(_tensor_type(r).shape) for r in results]
-        compiled = None
 
         def step(env):
-            nonlocal compiled
-            if compiled is None:
-                compiled = compile_kernel(launch.kernel)
             tensors = [env[v].contiguous() for v in launch.operands]
             outs = [torch.empty(s, dtype=torch.float32, device="cuda") for s in shapes]
-            _launch(compiled, launch.grid, [*tensors, *outs], op)  # final carries, then ys
+            _launch(self.compiled(launch.kernel), launch.grid, [*tensors, *outs], op)  # final carries, then ys
             for r, t in zip(results, outs):
                 env[r] = t
 
@@ -723,15 +735,11 @@ class GpuProgram:
         self.kernels.append(launch.kernel)
         operands, results = list(op.operands), list(op.results)
         numel = _prod(shape)
-        compiled = None
 
         def step(env):
-            nonlocal compiled
-            if compiled is None:
-                compiled = compile_kernel(launch.kernel)
             tensors = [env[v].contiguous() for v in operands]
             outs = [torch.empty_like(t) for t in tensors[:n]]
-            _launch(compiled, (max(1, _cdiv(numel, launch.block)), 1, 1), [*tensors, *outs, numel], op)
+            _launch(self.compiled(launch.kernel), (max(1, _cdiv(numel, launch.block)), 1, 1), [*tensors, *outs, numel], op)
             for r, t in zip(results, outs):
                 env[r] = t
 

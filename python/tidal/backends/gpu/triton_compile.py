@@ -75,10 +75,16 @@ def parse_target(text: str) -> tuple[str, int]:
 _compiled: dict[tuple[str, tuple], object] = {}
 
 
-def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None):
-    """The triton CompiledKernel of `kernel` for `target` (None: the current GPU)."""
+def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device: int | None = None):
+    """The triton CompiledKernel of `kernel` for `target`, or (None) for the GPU numbered `device`
+    (None: the current one). A CompiledKernel loads its binary into the device current at its
+    first launch and launches there only, so each GPU gets its own."""
     GPUTarget, _, _, triton_compile = _triton()
-    key = (kernel.text, tuple(kernel.signature.items()), target, kernel.num_warps)
+    if target is None and device is None:
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
+    key = (kernel.text, tuple(kernel.signature.items()), target or device, kernel.num_warps)
     if key not in _compiled:
         gpu_target = GPUTarget(target[0], target[1], 32) if target else None
         text = kernel.text
