@@ -242,7 +242,10 @@ class GpuProgram:
             with torch.cuda.stream(side):
                 self.plan.run({}, args, self.block)  # warm up on the capturing stream
             torch.cuda.current_stream().wait_stream(side)
-            with torch.cuda.graph(graph):
+            # on a stream of this device: torch.cuda.graph's default capture stream is made once,
+            # on the device current at the first capture in the process, and a capture on it
+            # switched later programs on another GPU to that one
+            with torch.cuda.graph(graph, stream=side):
                 static_outs = self.plan.run({}, args, self.block)
         except _NeedsTheHost:
             self._graphs_enabled = False
