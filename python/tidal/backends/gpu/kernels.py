@@ -857,7 +857,15 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     Nor did taking the waits away (prototype, H100, against 104.7 us for this kernel): static
     tickets (program p takes chunks p, p+P, ...) and a lag of one held in registers, the next
     chunk's loads in flight during the previous chunk's look-back, so every total a look-back
-    reads was published an iteration before: 155-162 us, at 255 registers one program an SM."""
+    reads was published an iteration before: 155-162 us, at 255 registers one program an SM.
+    The one design measured faster (Gluon prototype, H100, one process: 94-97 us against 104-105
+    for this kernel, 70-72% of copy; not built: it needs shared memory, so a TTGIR kernel): static
+    tickets and a lag of one with the held chunk's tile-inclusive values in shared memory (2
+    programs an SM), records as words that are valid once they differ from a sentinel NaN
+    payload (no flags or fences: a look-back step is one round trip; float types only), windows
+    of 16. Its ceiling without any look-back is 88 us (77%): it does not reach 80% either. The
+    lag alone with flags took 125 us, the sentinel words alone 105-110, the held chunk in an L2
+    scratch slot instead of shared memory 130-134."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
