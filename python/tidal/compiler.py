@@ -188,10 +188,12 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
 
     from tidal.importer import import_graph_module
     from tidal.importer.capture import rewrite_contiguous_as_strided
+    from tidal.importer.reduced_precision import compute_reduced_precision_in_float32
     from tidal.importer.scalars import tensorize_scalars
 
     fake_mode = torch._guards.detect_fake_mode(example_inputs) or torch._subclasses.FakeTensorMode()
     rewrite_contiguous_as_strided(gm)
+    compute_reduced_precision_in_float32(gm)
     plan = tensorize_scalars(gm, fake_mode)
     if dump_dir:
         os.makedirs(dump_dir, exist_ok=True)

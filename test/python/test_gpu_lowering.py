@@ -432,3 +432,28 @@ def test_a_tensor_past_32_bit_offsets_is_refused_with_its_source_line():
             _launch(Kernel(), (1, 1, 1), [tensor], op)
         assert re.match(r".*s5_linear_recurrence\.py:\d+:\d+: error: GPU backend: a tensor of shape", raised.value.format())
     assert len(launched) == 1
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_kernels_compute_in_float32_and_compile(dtype):
+    """float16/bfloat16 programs reach the GPU with their rounding ops in float32 (extf, the op,
+    truncf: tidal/importer/reduced_precision.py): a sum accumulates in f32 and tanh finds its f32
+    lowering. A max, which rounds nothing, stays in the narrow type, its identity the narrow
+    type's -inf (an f32 bit pattern there was out of range: Triton refused the kernel)."""
+    import torch
+
+    def f(x):
+        return torch.tanh(x).sum(0), x.amax(0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = gpu_function(import_program(f, (torch.rand(4096, 8, dtype=getattr(torch, dtype)),)))
+    narrow, minus_inf = {"bfloat16": ("bf16", "0xFF80"), "float16": ("f16", "0xFC00")}[dtype]
+    kernels = program.kernels_for_emit()
+    loops = {k.name: re.search(r"scf\.for .* -> \(tensor<[0-9x]+x(\w+)>\)", k.text) for k in kernels}
+    (total,) = [k for k in kernels if "arith.addf" in k.text and loops[k.name]]
+    assert loops[total.name].group(1) == "f32", total.text
+    (maximum,) = [k for k in kernels if "arith.maximumf" in k.text]
+    assert loops[maximum.name].group(1) == narrow and f"dense<{minus_inf}> : tensor<1x2048x{narrow}>" in maximum.text
+    for kernel in kernels:
+        assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))

@@ -12,6 +12,7 @@ import contextlib
 import torch
 
 from tidal.importer.associative_scan_capture import keep_associative_scan
+from tidal.importer.reduced_precision import compute_reduced_precision_in_float32
 
 
 class _CallableModule(torch.nn.Module):
@@ -206,4 +207,5 @@ def export_program(model, example_inputs: tuple, example_kwargs: dict | None = N
         )
     ep = ep.run_decompositions(decomposition_table())
     rewrite_contiguous_as_strided(ep.graph_module)
+    compute_reduced_precision_in_float32(ep.graph_module)
     return ep

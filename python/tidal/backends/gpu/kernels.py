@@ -299,7 +299,7 @@ def generic_kernel(op, name: str, flat: bool = False, aligned: bool = False) -> 
 
 # -- split reductions: sums, maxima, ... over many programs -------------------------------------
 
-# combiner op -> its identity, as a TTIR literal (f32 infinities widened for f64 by _F64_INF)
+# combiner op -> its identity, as a TTIR literal (f32 infinities; other widths' in _INFINITIES)
 COMBINERS = {
     "arith.addf": "0.000000e+00",
     "arith.addi": "0",
@@ -311,7 +311,12 @@ COMBINERS = {
     "arith.ori": "0",
     "arith.andi": "1",
 }
-_F64_INF = {"0xFF800000": "0xFFF0000000000000", "0x7F800000": "0x7FF0000000000000"}
+# an infinity is written as its bit pattern, which has the element type's width
+_INFINITIES = {
+    "f64": {"0xFF800000": "0xFFF0000000000000", "0x7F800000": "0x7FF0000000000000"},
+    "f16": {"0xFF800000": "0xFC00", "0x7F800000": "0x7C00"},
+    "bf16": {"0xFF800000": "0xFF80", "0x7F800000": "0x7F80"},
+}
 
 
 def split_combiners(op):
@@ -389,8 +394,7 @@ def split_reduction_kernel(op, name: str, block_p: int, block_r: int, flat: bool
 
     def identity(c, elem, shape):
         literal = COMBINERS[c.operation.name]
-        if elem == "f64":
-            literal = _F64_INF.get(literal, literal)
+        literal = _INFINITIES.get(elem, {}).get(literal, literal)
         if elem == "i1":
             literal = "true" if literal == "1" else "false"
         return b.const(literal, elem, shape)
