@@ -12,6 +12,7 @@ import contextlib
 import torch
 
 from tidal.importer.associative_scan_capture import keep_associative_scan
+from tidal.importer.fx_rewrite import rewrite_nodes
 from tidal.importer.reduced_precision import compute_reduced_precision_in_float32
 
 
@@ -152,35 +153,34 @@ def _squeeze_dims(x, dims):
 def rewrite_contiguous_as_strided(gm: torch.fx.GraphModule) -> None:
     """`as_strided` that only reshapes a contiguous tensor becomes `view` (torch-mlir imports no
     as_strided). Decompositions produce them: `native_group_norm` does inside loop bodies."""
+    rewrite_nodes(gm, _contiguous_as_strided_to_view)
+
+
+def _contiguous_as_strided_to_view(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     from math import prod
 
     from tidal.runtime.memref import contiguous_strides
 
     aten = torch.ops.aten
-    changed = False
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is aten.as_strided.default:
-            x, size, stride = node.args[:3]
-            offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-            val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-            static = all(isinstance(v, int) for v in (*size, *stride))
-            if (
-                isinstance(val, torch.Tensor)
-                and static
-                and offset in (None, 0)
-                and val.is_contiguous()
-                and isinstance(val.numel(), int)
-                and list(stride) == contiguous_strides(size)
-                and prod(size) == val.numel()
-            ):
-                node.target = aten.view.default
-                node.args, node.kwargs = (x, list(size)), {}
-                changed = True
-    for child in gm.children():
-        if isinstance(child, torch.fx.GraphModule):
-            rewrite_contiguous_as_strided(child)
-    if changed:
-        gm.recompile()
+    if node.target is not aten.as_strided.default:
+        return False
+    x, size, stride = node.args[:3]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    static = all(isinstance(v, int) for v in (*size, *stride))
+    if not (
+        isinstance(val, torch.Tensor)
+        and static
+        and offset in (None, 0)
+        and val.is_contiguous()
+        and isinstance(val.numel(), int)
+        and list(stride) == contiguous_strides(size)
+        and prod(size) == val.numel()
+    ):
+        return False
+    node.target = aten.view.default
+    node.args, node.kwargs = (x, list(size)), {}
+    return True
 
 
 def export_program(model, example_inputs: tuple, example_kwargs: dict | None = None, dynamic_shapes=None):

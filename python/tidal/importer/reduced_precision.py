@@ -20,6 +20,8 @@ import operator
 
 import torch
 
+from tidal.importer.fx_rewrite import rewrite_nodes
+
 aten = torch.ops.aten
 REDUCED = (torch.float16, torch.bfloat16)
 
@@ -52,16 +54,7 @@ _EXACT = {
 
 def compute_reduced_precision_in_float32(gm: torch.fx.GraphModule) -> None:
     """Rewrite `gm` (and the HOP bodies inside it) in place; see the module docstring."""
-    changed = False
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and _rounds_in_reduced_precision(node):
-            _compute_in_float32(gm.graph, node)
-            changed = True
-    for child in gm.children():
-        if isinstance(child, torch.fx.GraphModule):
-            compute_reduced_precision_in_float32(child)
-    if changed:
-        gm.recompile()
+    rewrite_nodes(gm, _compute_in_float32)
 
 
 def _val(a):
@@ -95,8 +88,11 @@ def _convert(graph: torch.fx.Graph, value: torch.fx.Node, dtype: torch.dtype) ->
     return converted
 
 
-def _compute_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
-    """`node` on float32 operands; its reduced-precision results rounded back to their types."""
+def _compute_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """`node` on float32 operands, its reduced-precision results rounded back to their types,
+    if it rounds in reduced precision."""
+    if not _rounds_in_reduced_precision(node):
+        return False
     with graph.inserting_before(node):
         wide = {a: _convert(graph, a, torch.float32) for a in node.all_input_nodes if _is_reduced(_val(a))}
 
@@ -125,6 +121,7 @@ def _compute_in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         narrow_type = val.dtype
         node.meta["val"] = _widened(val)
         _round_back(graph, node, narrow_type)
+    return True
 
 
 def _forget_tensor_meta(node: torch.fx.Node) -> None:
