@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
+from test_reduced_precision import DTYPE_GENERIC_CORPUS, in_reduced_precision
 from tidal.tools.tidal_compile import load_program_file
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU machine)")
@@ -108,21 +109,13 @@ def test_what_is_captured_as_a_cuda_graph():
     assert not program._graphs_enabled
 
 
-# the corpus programs that make float32 carries of their own: eager refuses them in reduced precision
-_NOT_DTYPE_GENERIC = {"early_stop_generation", "nested_map_scan_cond", "nested_while_in_scan", "s5_linear_recurrence",
-                      "scan_int64_counter", "while_deq_fixed_point", "while_power_iteration"}
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
-@pytest.mark.parametrize("path", sorted(p for p in CORPUS.glob("*.py") if p.stem not in _NOT_DTYPE_GENERIC), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", DTYPE_GENERIC_CORPUS, ids=lambda p: p.stem)
 def test_corpus_in_reduced_precision_matches_eager_on_cuda(path, dtype):
     """The corpus in float16/bfloat16 on CUDA: each rounding op computed in float32 and rounded
     once (tidal/importer/reduced_precision.py), as eager's opmath, to a few roundings (eager's
     reduced-precision matmuls round their float32 sums once too, but may sum in another order)."""
-    model, inputs = _corpus_on_cuda(path)
-    if isinstance(model, torch.nn.Module):
-        model = model.to(dtype)
-    inputs = pytree.tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, inputs)
+    model, inputs = in_reduced_precision(*_corpus_on_cuda(path), dtype)
     with warnings.catch_warnings(), torch.no_grad(), torch.device("cuda"):
         warnings.simplefilter("ignore")
         expected = model(*inputs)

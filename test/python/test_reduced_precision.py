@@ -45,17 +45,22 @@ CORPUS = Path(__file__).parents[1] / "corpus"
 # precision (a carry's dtype changes across an iteration)
 NOT_DTYPE_GENERIC = {"early_stop_generation", "nested_map_scan_cond", "nested_while_in_scan", "s5_linear_recurrence",
                      "scan_int64_counter", "while_deq_fixed_point", "while_power_iteration"}
+DTYPE_GENERIC_CORPUS = sorted(p for p in CORPUS.glob("*.py") if p.stem not in NOT_DTYPE_GENERIC)
+
+
+def in_reduced_precision(model, inputs, dtype):
+    """A program with its floating inputs and parameters in `dtype`."""
+    if isinstance(model, torch.nn.Module):
+        model = model.to(dtype)
+    return model, pytree.tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, inputs)
 
 
 @pytest.mark.parametrize("dtype", REDUCED, ids=IDS)
-@pytest.mark.parametrize("path", sorted(p for p in CORPUS.glob("*.py") if p.stem not in NOT_DTYPE_GENERIC), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", DTYPE_GENERIC_CORPUS, ids=lambda p: p.stem)
 def test_corpus_in_reduced_precision_matches_eager(path, dtype):
     """Every corpus program with its floating inputs and parameters in float16/bfloat16: eager's
     values, to about one rounding (most are bit for bit; scans re-associate)."""
-    model, inputs = load_program_file(str(path))
-    if isinstance(model, torch.nn.Module):
-        model = model.to(dtype)
-    inputs = pytree.tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, inputs)
+    model, inputs = in_reduced_precision(*load_program_file(str(path)), dtype)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         expected = model(*inputs)

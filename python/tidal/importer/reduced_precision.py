@@ -34,7 +34,8 @@ _EXACT = {
     "view", "_unsafe_view", "reshape", "expand", "expand_as", "permute", "transpose", "t", "squeeze",
     "unsqueeze", "slice", "select", "as_strided", "unfold", "split", "split_with_sizes", "unbind", "chunk",
     "narrow", "movedim", "diagonal", "view_as", "flatten", "unflatten",
-    # gathers and scatters
+    # gathers and scatters (an accumulating index_put or scatter adds one value at a time in the
+    # narrow type, as eager's does)
     "index", "_unsafe_index", "index_select", "gather", "embedding", "take", "index_put", "_unsafe_index_put",
     "scatter", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter", "masked_select",
     # arrangement

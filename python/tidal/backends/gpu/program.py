@@ -202,7 +202,7 @@ class GpuProgram:
 
     def _run(self, tensors):
         # 0-d tensors the boundary made of Python scalars arrive on the CPU
-        args = [t.to(f"cuda:{self.device}") if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
+        args = [t.cuda(self.device) if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
         if not self._graphs_enabled:
             return self.plan.run({}, args, self.block)
         key = tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else ("value", a)
