@@ -203,7 +203,8 @@ def round_to_tf32(b: KernelBuilder, x: str, ty: str, shape: tuple[int, ...], enc
     """x rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32
     rounds, in two integer ops on the bits (cvt.rna takes four on sm_90: it checks for NaN).
     Equal to cvt.rna for every f32 but NaN (all 2^32 patterns checked against a rounding in
-    float64); a NaN comes out NaN or ±0, so a caller must carry NaNs some other way."""
+    float64); a NaN comes out NaN, ±0 or (a payload under 0x1000) ±inf, so a caller must carry
+    NaNs some other way."""
     bits_ty = b.ty(shape, "i32", encoding)
     bits = b.op(f"tt.bitcast {x} : {ty} -> {bits_ty}")
     biased = b.binary("arith.addi", bits, b.const(TF32_ROUND_BIAS, "i32", shape, encoding), bits_ty)
