@@ -109,6 +109,65 @@ def test_what_is_captured_as_a_cuda_graph():
     assert not program._graphs_enabled
 
 
+@pytest.mark.parametrize("name", ["while_logistic_map", "rnn_scan_wide", "cond_clamp_invalid", "linear_recurrence"])
+def test_a_compiled_call_goes_into_the_callers_cuda_graph(name):
+    """torch.cuda.graph around a compiled call (after warm-up, as torch asks): the plan's kernels go
+    into the caller's graph, and its replays recompute from the new values of the static inputs.
+    tidal replaying a graph of its own there raised "Cannot prepare for replay during capturing
+    stage". Covers one kernel with the loop inside, the row kernel, a device-side cond, and the
+    look-back scan (its flags zeroed by a kernel of the plan)."""
+    if name == "linear_recurrence":
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+        from cases import linear_recurrence
+
+        model = linear_recurrence("generic")
+        inputs = ((0.9 + 0.1 * torch.rand(1 << 16, 16)).cuda(), torch.randn(1 << 16, 16).cuda())
+        torch._dynamo.reset()
+    else:
+        model, inputs = _corpus_on_cuda(CORPUS / f"{name}.py")
+    compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # compiled, then captured and replayed by tidal itself
+                compiled(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = compiled(*inputs)
+        for scale in (0.5, 0.75):
+            for t in pytree.tree_leaves(inputs):
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                    t.mul_(scale)
+            graph.replay()
+            torch.testing.assert_close(static_out, model(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_host_read_inside_the_callers_cuda_graph_is_a_clear_error():
+    """A cond whose branches reduce reads its predicate on the host: inside the caller's capture
+    that is an error naming the cond's line, not a CUDA error from the capture."""
+    from tidal.diagnostics import TidalError
+
+    def branchy(x):
+        return torch.cond(x.sum() > 0, lambda x: x.sum(0), lambda x: x.amax(0), (x,))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(branchy, backend="tidal", fullgraph=True, options=STRICT)
+    x = torch.rand(64, 32, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), branchy(x))  # outside a capture: one read
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(TidalError, match="reads its predicate on the host") as caught:
+            with torch.cuda.graph(graph):
+                compiled(x)
+    assert f"{Path(__file__).name}:" in str(caught.value), str(caught.value)
+    with torch.no_grad():  # the GPU is still usable, and so is the program outside a capture
+        torch.testing.assert_close(compiled(-x), branchy(-x))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
 @pytest.mark.parametrize("path", DTYPE_GENERIC_CORPUS, ids=lambda p: p.stem)
 def test_corpus_in_reduced_precision_matches_eager_on_cuda(path, dtype):

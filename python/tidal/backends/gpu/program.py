@@ -30,7 +30,7 @@ from tidal.backends.gpu import kernels as K
 from tidal.backends.gpu.row_scan import row_scan_kernel
 from tidal.backends.gpu.triton_compile import compile_kernel
 from tidal.backends.gpu.ttir import element_type
-from tidal.diagnostics import TidalUnsupported
+from tidal.diagnostics import TidalError, TidalUnsupported
 
 _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
@@ -54,19 +54,26 @@ class _Plan:
     def __init__(self, program: GpuProgram, block: ir.Block):
         self.program = program
         self.steps = []
+        self.ops = []
         self.yielded: list = []
         for op in block.operations:
             if op.operation.name in ("tidal.yield", "linalg.yield", "func.return", "scf.yield"):
                 self.yielded = list(op.operands)
                 continue
             self.steps.append(program.step_for(op))
+            self.ops.append(op)
 
     def run(self, env: dict, args: list | None = None, block: ir.Block | None = None) -> list:
         if args is not None:
             for a, v in zip(block.arguments, args):
                 env[a] = v
-        for step in self.steps:
-            step(env)
+        try:
+            for step in self.steps:
+                step(env)
+        except _NeedsTheHost as exc:
+            if exc.op is None:  # the innermost plan names the op that reads
+                exc.op = self.ops[self.steps.index(step)]
+            raise
         return [env[v] for v in self.yielded]
 
 
@@ -147,7 +154,20 @@ def _held_by_result_alone(outs: list, i: int) -> bool:
 
 class _NeedsTheHost(Exception):
     """A step reads a device value on the host (a predicate, an extracted scalar): the program
-    cannot be captured as a CUDA graph."""
+    cannot be captured as a CUDA graph. `op` is the op whose step reads."""
+
+    op = None
+
+
+def _host_read_refused(op) -> TidalError:
+    """The error for a call inside the caller's CUDA graph capture that must read on the host."""
+    name = op.operation.name if op is not None else "a step"
+    what = {"tidal.cond": "this cond reads its predicate on the host (its branches are not cheap "
+                          "enough to run both on the device and select)",
+            "tidal.while": "this while_loop reads its condition on the host at every iteration"}.get(
+        name, f"'{name}' reads a GPU value on the host")
+    return TidalError(f"{what}, which a CUDA graph being captured cannot contain: call the compiled "
+                      "function outside the capture", op.location if op is not None else None)
 
 
 def _on_host(value):
@@ -201,6 +221,8 @@ class GpuProgram:
             return self._run(tensors)
 
     def _run(self, tensors):
+        if torch.cuda.is_current_stream_capturing():
+            return self._run_in_callers_capture(tensors)
         # 0-d tensors the boundary made of Python scalars arrive on the CPU
         args = [t.cuda(self.device) if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
         if not self._graphs_enabled:
@@ -230,6 +252,18 @@ class GpuProgram:
         if len(captures) < CAPTURES_PER_GRAPH:
             captures.append(self._capture(args))  # the plan captured once already: it needs no host read
         return outs
+
+    def _run_in_callers_capture(self, tensors):
+        """A call inside a CUDA graph the caller captures (`torch.cuda.graph` around the compiled
+        function): the plan's launches go into the caller's graph. A graph of tidal's own cannot
+        be replayed there, and a step that reads on the host cannot run there: a clear error."""
+        if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
+            raise TidalError("a CPU tensor argument would be copied to the GPU inside a CUDA graph being "
+                             "captured, which a capture cannot contain: pass it on the GPU")
+        try:
+            return self.plan.run({}, list(tensors), self.block)
+        except _NeedsTheHost as exc:
+            raise _host_read_refused(exc.op) from None
 
     def _capture(self, args):
         """The whole plan as one CUDA graph over these input buffers (replayed when the same
