@@ -10,6 +10,8 @@
 # CHECK-LABEL: // kernel tidal_scan_rows_1 (ttgir, cuda:90)
 # CHECK:       #mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, 4], instrShape = [16, 8]}>
 # CHECK:       ttg.target = "cuda:90"
+# the number of steps is the kernel's last argument: one kernel for every T (a dynamic T included)
+# CHECK:       tt.func public @tidal_scan_rows_1({{.*}}, %[[T:arg[0-9]+]]: i32 loc({{[^)]*}})) {
 # CHECK-DAG:   %[[BIAS_B:.+]] = arith.constant dense<4096> : tensor<32x32xi32, #ttg.dot_op<{opIdx = 1
 # CHECK-DAG:   %[[KEEP_B:.+]] = arith.constant dense<-8192> : tensor<32x32xi32, #ttg.dot_op<{opIdx = 1
 # CHECK-DAG:   %[[ZERO:.+]] = arith.constant dense<0.000000e+00> : tensor<16x32xf32, #mma>
@@ -23,7 +25,7 @@
 # CHECK-NEXT:  %[[UHI:.+]] = tt.bitcast %[[UKEPT]]
 # CHECK-NEXT:  %[[ULO:.+]] = arith.subf %[[U]], %[[UHI]]
 # CHECK-NOT:   cvt.rna
-# CHECK:       scf.for %{{.+}} iter_args(%[[H:.+]] = %{{.+}}, %[[XW:.+]] = %{{.+}})
+# CHECK:       scf.for %{{.+}} = %{{.+}} to %[[T]] step %{{.+}} iter_args(%[[H:.+]] = %{{.+}}, %[[XW:.+]] = %{{.+}})
 # CHECK-NOT:   ttg.local_load
 # CHECK:       %[[A:.+]] = ttg.convert_layout %[[H]] : tensor<16x32xf32, #mma> -> tensor<16x32xf32, #ttg.dot_op<{opIdx = 0
 # CHECK-NEXT:  %[[ABITS:.+]] = tt.bitcast %[[A]]

@@ -18,7 +18,7 @@ from torch_mlir.dialects import arith
 
 from tidal.passes.registry import ops_named, tidal_pass
 
-_CHEAP = ("tensor.empty", "arith.constant", "linalg.fill", "linalg.generic", "tidal.yield")
+_CHEAP = ("tensor.empty", "tensor.dim", "arith.constant", "linalg.fill", "linalg.generic", "tidal.yield")
 
 
 def _cheap_branch(block) -> bool:
@@ -35,7 +35,7 @@ def _selectable(op) -> bool:
     pred = op.operands[0]
     if not (isinstance(pred.type, ir.RankedTensorType) and ir.RankedTensorType(pred.type).rank == 0):
         return False
-    if not all(isinstance(r.type, ir.RankedTensorType) and ir.RankedTensorType(r.type).has_static_shape for r in op.results):
+    if not all(isinstance(r.type, ir.RankedTensorType) for r in op.results):
         return False
     return all(_cheap_branch(region.blocks[0]) for region in op.regions)
 
@@ -60,7 +60,10 @@ def _select(pred, on_true, on_false, result_type):
     rank = t.rank
     identity = ir.AffineMap.get_identity(rank)
     scalar = ir.AffineMap.get(rank, 0, [])
-    empty = tensor.EmptyOp(list(t.shape), t.element_type).result
+    # a dynamic dim (Dynamo's dynamic sizes) is the branches' own: both yield the result's shape
+    sizes = [tensor.DimOp(on_true, arith.ConstantOp(ir.IndexType.get(), i).result).result
+             if s == ir.ShapedType.get_dynamic_size() else s for i, s in enumerate(t.shape)]
+    empty = tensor.EmptyOp(sizes, t.element_type).result
     parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     g = linalg.GenericOp(
         [result_type], [pred, on_true, on_false], [empty],

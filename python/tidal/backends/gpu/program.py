@@ -117,9 +117,10 @@ class _Capture:
     alone again). Other results are handed out as copies. A result that views a buffer of the
     plan nothing else holds (a reshape of a kernel's output) owns that memory itself."""
 
-    def __init__(self, graph, outs: list):
+    def __init__(self, graph, outs: list, inputs: list):
         outs[:] = [_unviewed(o) for o in outs]  # in place: the views go with the only list holding them
         self.graph, self.outs = graph, outs
+        self.inputs = inputs  # the GPU tensors made of host values are read by every replay
         self.owned = [_held_by_result_alone(outs, i) for i in range(len(outs))]
 
     def replayable(self) -> bool:
@@ -152,6 +153,19 @@ def _held_by_result_alone(outs: list, i: int) -> bool:
             and _storage_users(outs[i]) == 1)
 
 
+def _input_key(t) -> tuple:
+    """What a CUDA graph captured for this argument depends on: a GPU tensor's buffer and layout,
+    a host value itself (a 0-d CPU tensor: a dynamic size the plan reads on the host)."""
+    if isinstance(t, torch.Tensor):
+        if t.device.type == "cpu":
+            return ("host", t.dtype, t.item() if t.dim() == 0 else tuple(t.flatten().tolist()))
+        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+    return ("value", t)
+
+
+_UNKNOWN = object()
+
+
 class _NeedsTheHost(Exception):
     """A step reads a device value on the host (a predicate, an extracted scalar): the program
     cannot be captured as a CUDA graph. `op` is the op whose step reads."""
@@ -170,13 +184,6 @@ def _host_read_refused(op) -> TidalError:
                       "function outside the capture", op.location if op is not None else None)
 
 
-def _on_host(value):
-    """A device value read on the host (one synchronization); refused while a CUDA graph captures."""
-    if isinstance(value, torch.Tensor):
-        if torch.cuda.is_current_stream_capturing():
-            raise _NeedsTheHost
-        return value.item()
-    return value
 
 
 def _slices(offsets, sizes, strides):
@@ -201,6 +208,7 @@ class GpuProgram:
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
         self._loaded: dict = {}  # (kernel, device) -> its CompiledKernel (a CUDA module is per device)
         self.device = None  # the GPU the current call runs on
+        self._host_values: dict = {}  # id of a GPU argument made of a host value -> that value
 
     def compiled(self, kernel):
         """`kernel` compiled and loaded for the GPU this call runs on."""
@@ -223,15 +231,13 @@ class GpuProgram:
     def _run(self, tensors):
         if torch.cuda.is_current_stream_capturing():
             return self._run_in_callers_capture(tensors)
-        # 0-d tensors the boundary made of Python scalars arrive on the CPU
-        args = [t.cuda(self.device) if isinstance(t, torch.Tensor) and t.device.type == "cpu" else t for t in tensors]
         if not self._graphs_enabled:
-            return self.plan.run({}, args, self.block)
-        key = tuple((a.data_ptr(), tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else ("value", a)
-                    for a in args)
+            return self._run_plan(self._device_args(tensors))
+        key = tuple(_input_key(t) for t in tensors)
         captures = self._graphs.get(key)
         if captures is None:
-            outs = self.plan.run({}, args, self.block)  # compiles the kernels; its results are this call's
+            args = self._device_args(tensors)
+            outs = self._run_plan(args)  # compiles the kernels; its results are this call's
             if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
                 capture = self._capture(args)
                 self._graphs[key] = [capture] if capture else False
@@ -243,25 +249,62 @@ class GpuProgram:
                     self._seen.pop(next(iter(self._seen)))
             return outs
         if captures is False:  # not capturable at these inputs
-            return self.plan.run({}, args, self.block)
+            return self._run_plan(self._device_args(tensors))
         ready = next((c for c in captures if c.replayable()), None)
         if ready is not None:
             return ready.replay()
         # every capture's results are still held by the caller: a replay would overwrite them
-        outs = self.plan.run({}, args, self.block)
+        args = self._device_args(tensors)
+        outs = self._run_plan(args)
         if len(captures) < CAPTURES_PER_GRAPH:
             captures.append(self._capture(args))  # the plan captured once already: it needs no host read
         return outs
+
+    def _run_plan(self, args: list) -> list:
+        return self.plan.run({}, args, self.block)
+
+    def _device_args(self, tensors) -> list:
+        """The call's arguments on the GPU. A 0-d CPU tensor (a size or Python number the boundary
+        made a tensor: Dynamo's dynamic sizes) becomes a GPU tensor made by a fill, its value kept
+        on the host too (`_on_host` reads it there: no copy back, no synchronization, and legal
+        in a capture, whose key holds the value). Copying it in and reading it back took a GPU
+        call with a dynamic dim from 23 to 184 us (cond_clamp, H100): two synchronizations per
+        size, and never a CUDA graph."""
+        args, host = [], {}
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                if t.dim() == 0:
+                    value = t.item()
+                    t = torch.full((), value, dtype=t.dtype, device=self.device)
+                    host[id(t)] = value
+                elif torch.cuda.is_current_stream_capturing():
+                    raise TidalError("a CPU tensor argument would be copied to the GPU inside a CUDA graph being "
+                                     "captured, which a capture cannot contain: pass it on the GPU")
+                else:
+                    t = t.cuda(self.device)
+            args.append(t)
+        self._host_values = host
+        return args
+
+    def _on_host(self, value):
+        """A value on the host: a GPU tensor is read back (one synchronization; refused while a
+        CUDA graph captures) unless `_device_args` made it from a host value."""
+        if isinstance(value, torch.Tensor):
+            known = self._host_values.get(id(value), _UNKNOWN)
+            if known is not _UNKNOWN:
+                return known
+            if torch.cuda.is_current_stream_capturing():
+                raise _NeedsTheHost
+            return value.item()
+        return value
 
     def _run_in_callers_capture(self, tensors):
         """A call inside a CUDA graph the caller captures (`torch.cuda.graph` around the compiled
         function): the plan's launches go into the caller's graph. A graph of tidal's own cannot
         be replayed there, and a step that reads on the host cannot run there: a clear error."""
-        if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
-            raise TidalError("a CPU tensor argument would be copied to the GPU inside a CUDA graph being "
-                             "captured, which a capture cannot contain: pass it on the GPU")
+        args = self._device_args(tensors)
         try:
-            return self.plan.run({}, list(tensors), self.block)
+            return self._run_plan(args)
         except _NeedsTheHost as exc:
             raise _host_read_refused(exc.op) from None
 
@@ -274,17 +317,17 @@ class GpuProgram:
         side.wait_stream(torch.cuda.current_stream())
         try:
             with torch.cuda.stream(side):
-                self.plan.run({}, args, self.block)  # warm up on the capturing stream
+                self._run_plan(args)  # warm up on the capturing stream
             torch.cuda.current_stream().wait_stream(side)
             # on a stream of this device: torch.cuda.graph's default capture stream is made once,
             # on the device current at the first capture in the process, and a capture on it
             # switched later programs on another GPU to that one
             with torch.cuda.graph(graph, stream=side):
-                static_outs = self.plan.run({}, args, self.block)
+                static_outs = self._run_plan(args)
         except _NeedsTheHost:
             self._graphs_enabled = False
             return False
-        return _Capture(graph, static_outs)
+        return _Capture(graph, static_outs, args)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -294,17 +337,16 @@ class GpuProgram:
 
     def _shape(self, value, dynamic_operands, env) -> list[int]:
         dyn = iter(dynamic_operands)
-        return [int(_on_host(env[next(dyn)])) if s == _DYNAMIC else s for s in _tensor_type(value).shape]
+        return [int(self._on_host(env[next(dyn)])) if s == _DYNAMIC else s for s in _tensor_type(value).shape]
 
     @staticmethod
     def _static(op, name):
         return list(ir.DenseI64ArrayAttr(op.attributes[name]))
 
-    @staticmethod
-    def _mixed(static, dynamic_values, env):
+    def _mixed(self, static, dynamic_values, env):
         """Static offsets/sizes/strides with the dynamic ones read from `env`."""
         dyn = iter(dynamic_values)
-        return [int(_on_host(env[next(dyn)])) if v == _DYNAMIC else v for v in static]
+        return [int(self._on_host(env[next(dyn)])) if v == _DYNAMIC else v for v in static]
 
     def _constant_array(self, attr, value):
         import numpy as np
@@ -415,7 +457,7 @@ class GpuProgram:
             counters = arrivals.get((device, programs_p))
             if counters is None:
                 counters = arrivals[(device, programs_p)] = torch.zeros(programs_p, dtype=torch.int32, device=device)
-            args = _operand_args(tensors, captured, captured_scalar, env)
+            args = _operand_args(tensors, captured, captured_scalar, env, self._on_host)
             args += [*parts, *init_args, *res, counters, *sizes, rows, red, per_split, splits]
             _launch(variants.compiled(key), (programs_p, splits, 1), args, op)
             for r, o, total in zip(results, outs, res):
@@ -442,7 +484,7 @@ class GpuProgram:
             tensors = [env[v] for v in operands]
             sizes = [tensors[k].shape[r] for k, r in launch.dim_sources]
             res = [torch.empty(env[o].shape, dtype=env[o].dtype, device=env[o].device) for o in outs]
-            args = _operand_args(tensors[: len(ins)], launch.captured, launch.captured_scalar, env)
+            args = _operand_args(tensors[: len(ins)], launch.captured, launch.captured_scalar, env, self._on_host)
             for j, reads in enumerate(launch.reads_init):
                 if reads:
                     t = tensors[len(ins) + j]
@@ -563,7 +605,11 @@ class GpuProgram:
 
     def _op_tensor_extract(self, op):
         src, indices, result = op.operands[0], list(op.operands)[1:], op.results[0]
-        return lambda env: env.__setitem__(result, _on_host(env[src][tuple(int(_on_host(env[i])) for i in indices)]))
+        def step(env):
+            index = tuple(int(self._on_host(env[i])) for i in indices)
+            env[result] = self._on_host(env[src][index] if index else env[src])  # a 0-d argument itself: its host value
+
+        return step
 
     def _op_tensor_from_elements(self, op):
         elems, result = list(op.operands), op.results[0]
@@ -582,7 +628,7 @@ class GpuProgram:
 
     def _op_tensor_dim(self, op):
         src, index, result = op.operands[0], op.operands[1], op.results[0]
-        return lambda env: env.__setitem__(result, env[src].shape[int(_on_host(env[index]))])
+        return lambda env: env.__setitem__(result, env[src].shape[int(self._on_host(env[index]))])
 
     def _op_tidal_aten_call(self, op):
         """The same ATen operator on the CUDA tensors (cuDNN for convolutions), on the current stream."""
@@ -629,7 +675,7 @@ class GpuProgram:
         msg = ir.StringAttr(op.attributes["msg"]).value
 
         def step(env):
-            if not bool(_on_host(env[cond])):
+            if not bool(self._on_host(env[cond])):
                 raise RuntimeError(msg)
 
         return step
@@ -690,7 +736,7 @@ class GpuProgram:
 
         def step(env):
             p = env[pred]
-            branch = 0 if bool(_on_host(p)) else 1  # one read
+            branch = 0 if bool(self._on_host(p)) else 1  # one read
             outs = plans[branch].run(env, [env[v] for v in operands], blocks[branch])
             for r, v in zip(results, outs):
                 env[r] = v
@@ -731,15 +777,26 @@ class GpuProgram:
         return step
 
     def _device_row_scan(self, op, launch):
-        """The whole time loop in one kernel, one program per block of batch rows (`row_scan`)."""
+        """The whole time loop in one kernel, one program per block of batch rows (`row_scan`),
+        the number of steps T an argument (a dynamic T included)."""
         self.kernels.append(launch.kernel)
         results = list(op.results)
+        n = ir.IntegerAttr(op.attributes["num_carries"]).value
         shapes = [list(_tensor_type(r).shape) for r in results]
+        xs0 = op.operands[n]
 
         def step(env):
+            length = env[xs0].shape[0]
+            if length == 0:  # no step: the carries are the initial ones, no ys
+                for i, r in enumerate(results):
+                    env[r] = env[op.operands[i]].clone() if i < n else torch.empty(
+                        [0, *shapes[i][1:]], dtype=torch.float32, device="cuda")
+                return
             tensors = [env[v].contiguous() for v in launch.operands]
-            outs = [torch.empty(s, dtype=torch.float32, device="cuda") for s in shapes]
-            _launch(self.compiled(launch.kernel), launch.grid, [*tensors, *outs], op)  # final carries, then ys
+            outs = [torch.empty([length if s == _DYNAMIC else s for s in shape], dtype=torch.float32, device="cuda")
+                    for shape in shapes]
+            # final carries, then ys, then T
+            _launch(self.compiled(launch.kernel), launch.grid, [*tensors, *outs, length], op)
             for r, t in zip(results, outs):
                 env[r] = t
 
@@ -794,7 +851,7 @@ class GpuProgram:
             rows = []
             while True:
                 (p,) = cond.run(env, [*carries, *consts], cond_block)
-                if not bool(_on_host(p)):  # one read per iteration
+                if not bool(self._on_host(p)):  # one read per iteration
                     break
                 carries = body.run(env, [*carries, *consts], body_block)
                 if stacked:
@@ -886,7 +943,7 @@ def _span(t: torch.Tensor) -> int:
         return n
     return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
 
-def _operand_args(inputs, captured, captured_scalar, env) -> list:
+def _operand_args(inputs, captured, captured_scalar, env, on_host) -> list:
     """Kernel arguments of a generic's inputs and of the values its body reads from above: each
     tensor as its pointer and strides, each scalar as a Python number."""
     args = []
@@ -894,7 +951,7 @@ def _operand_args(inputs, captured, captured_scalar, env) -> list:
         args += [t, *t.stride()]
     for v, scalar in zip(captured, captured_scalar):
         t = env[v]
-        args += [_on_host(t)] if scalar else [t, *t.stride()]
+        args += [on_host(t)] if scalar else [t, *t.stride()]
     return args
 
 

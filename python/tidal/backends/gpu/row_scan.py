@@ -42,23 +42,27 @@ REGISTER_WEIGHT_BYTES_PER_WARP = 16 * 1024
 
 @dataclass
 class RowScanLaunch:
-    kernel: Kernel
+    kernel: Kernel  # its last argument is T, the number of steps: one kernel serves every T
     operands: list  # the scan operands the kernel reads, in argument order
     rows: int  # B
-    length: int  # T
 
     @property
     def grid(self) -> tuple[int, int, int]:
         return (-(-self.rows // ROWS), 1, 1)
 
 
-def _shape(value) -> tuple[int, ...] | None:
+def _shape(value, dynamic_first: bool = False) -> tuple[int, ...] | None:
+    """A static f32 shape; with `dynamic_first`, its first dim may be dynamic (None): a scan's
+    xs and stacked outputs over a dynamic number of steps."""
     if not isinstance(value.type, ir.RankedTensorType):
         return None
     t = ir.RankedTensorType(value.type)
-    if not t.has_static_shape or str(t.element_type) != "f32":
+    if str(t.element_type) != "f32":
         return None
-    return tuple(t.shape)
+    shape = [None if s == ir.ShapedType.get_dynamic_size() else s for s in t.shape]
+    if any(s is None for s in shape[1 if dynamic_first else 0 :]):
+        return None
+    return tuple(shape)
 
 
 def _width_ok(w: int) -> bool:
@@ -119,15 +123,14 @@ class _Analysis:
     def check(self) -> bool:
         if self.dim != 0 or not self.n:
             return False
-        shapes = [_shape(v) for v in self.operands]
-        if any(s is None for s in shapes):
+        shapes = [_shape(v, dynamic_first=self.n <= i < self.n + self.k) for i, v in enumerate(self.operands)]
+        if any(s is None for s in shapes) or any(_shape(r, dynamic_first=True) is None for r in self.op.results):
             return False
         carries, xs = shapes[: self.n], shapes[self.n : self.n + self.k]
         if any(len(s) != 2 for s in carries) or any(len(s) != 3 for s in xs):
             return False
         self.rows = carries[0][0]
-        self.length = xs[0][0]
-        if self.length < 1 or any(s[0] != self.rows or not _width_ok(s[1]) for s in carries):
+        if any(s[0] != self.rows or not _width_ok(s[1]) for s in carries):
             return False
         if any(s[1] != self.rows or not _width_ok(s[2]) for s in xs):
             return False
@@ -211,7 +214,7 @@ def _weight_bytes(a: "_Analysis") -> int:
 def _tile_widths(a: "_Analysis") -> set[int]:
     """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded)."""
     widths = {_shape(v)[1] for v in a.operands[: a.n]}
-    widths |= {_shape(v)[2] for j, v in enumerate(a.operands[a.n : a.n + a.k]) if len(list(a.args[a.n + j].uses))}
+    widths |= {_shape(v, dynamic_first=True)[2] for j, v in enumerate(a.operands[a.n : a.n + a.k]) if len(list(a.args[a.n + j].uses))}
     for inner in a.block.operations:
         widths |= {_shape(r)[1] for r in inner.results if _shape(r) is not None and len(_shape(r)) == 2
                    and inner.operation.name != "linalg.transpose"}
@@ -281,6 +284,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     out_ptrs = [b.pointer_arg(f"carry{i}", "f32") for i in range(n)]
     ys = list(list(a.block.operations)[-1].operands)[n:]
     ys_ptrs = [b.pointer_arg(f"ys{j}", "f32") for j in range(len(ys))]
+    length = b.scalar_arg("T")  # at least 1: the launch runs no kernel for no steps
 
     i32 = "i32"
     vec = lambda size, elem, enc: tensor_type((size,), elem, enc)  # noqa: E731
@@ -386,7 +390,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                                       f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
 
     widths = [_shape(v)[1] for v in a.operands[:n]]
-    xs_widths = [_shape(v)[2] for v in a.operands[n : n + k]]
+    xs_widths = [_shape(v, dynamic_first=True)[2] for v in a.operands[n : n + k]]
     carry_types = [tensor_type((ROWS, w), "f32", lay.tile) for w in widths]
     for w in {*widths, *xs_widths, *(_shape(v)[1] for v in ys)}:
         tile_offsets(w)  # before the loop: the stores after it use them too
@@ -401,19 +405,20 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return load_tile(xs_ptrs[j], w, b.binary("arith.muli", step_index, b.const(a.rows * w, i32), i32))
 
     def step_of(i):
-        return b.binary("arith.subi", b.const(a.length - 1, i32), i, i32) if a.reverse else i
+        return b.binary("arith.subi", last, i, i32) if a.reverse else i
 
+    last = b.binary("arith.subi", length, b.const(1, i32), i32)
     firsts = [xs_tile(j, step_of(b.const(0, i32))) for j in prefetched]
     loop_types = [*carry_types, *(tensor_type((ROWS, xs_widths[j]), "f32", lay.tile) for j in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
-    b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {b.const(a.length, i32)} step {b.const(1, i32)} "
+    b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {length} step {b.const(1, i32)} "
            f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
            f"({', '.join(loop_types)}) : i32 {{")
     b.indent += 1
     step = step_of(t)
     values.update(zip(a.args[:n], iter_args[:n]))
     values.update((a.args[n + j], x) for j, x in zip(prefetched, iter_args[n:]))
-    ahead = b.op(f"arith.minsi {b.binary('arith.addi', t, b.const(1, i32), i32)}, {b.const(a.length - 1, i32)} : i32")
+    ahead = b.op(f"arith.minsi {b.binary('arith.addi', t, b.const(1, i32), i32)}, {last} : i32")
     nexts = [xs_tile(j, step_of(ahead)) for j in prefetched]  # the last step loads its own slices again
     lhs_parts: dict = {}
     for inner in a.block.operations:
@@ -470,4 +475,4 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
-    return RowScanLaunch(kernel, operands, a.rows, a.length)
+    return RowScanLaunch(kernel, operands, a.rows)
