@@ -135,6 +135,35 @@ func.func @scan_dynamic(%h: tensor<3xf32>, %xs: tensor<?x3xf32>) -> (tensor<3xf3
 
 // -----
 
+// A dynamic batch (Dynamo's): the stacked output's other dynamic dim is computed before the loop
+// from the operands: the body's value is a linalg result shaped by tensor.empty(tensor.dim of the
+// carry), so the stack's batch dim is tensor.dim of the carry's operand.
+// CHECK-LABEL: func.func @scan_dynamic_batch
+// CHECK-SAME:  (%[[H:.*]]: tensor<?x3xf32>, %[[XS:.*]]: tensor<?x?x3xf32>)
+// CHECK: %[[T:.*]] = tensor.dim %[[XS]], %{{.*}} : tensor<?x?x3xf32>
+// CHECK: %[[C0:.*]] = arith.constant 0 : index
+// CHECK: %[[B:.*]] = tensor.dim %[[H]], %[[C0]] : tensor<?x3xf32>
+// CHECK: tensor.empty(%[[T]], %[[B]]) : tensor<?x?x3xf32>
+// CHECK: scf.for
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @scan_dynamic_batch(%h: tensor<?x3xf32>, %xs: tensor<?x?x3xf32>) -> (tensor<?x3xf32>, tensor<?x?x3xf32>) {
+  %r:2 = "tidal.scan"(%h, %xs) ({
+  ^bb0(%c: tensor<?x3xf32>, %x: tensor<?x3xf32>):
+    %c0 = arith.constant 0 : index
+    %b = tensor.dim %c, %c0 : tensor<?x3xf32>
+    %e = tensor.empty(%b) : tensor<?x3xf32>
+    %n = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%c, %x : tensor<?x3xf32>, tensor<?x3xf32>) outs(%e : tensor<?x3xf32>) {
+    ^bb0(%u: f32, %v: f32, %o: f32):
+      %s = arith.addf %u, %v : f32
+      linalg.yield %s : f32
+    } -> tensor<?x3xf32>
+    "tidal.yield"(%n, %n) : (tensor<?x3xf32>, tensor<?x3xf32>) -> ()
+  }) {num_carries = 1 : i64, num_xs = 1 : i64, dim = 0 : i64, reverse = false} : (tensor<?x3xf32>, tensor<?x?x3xf32>) -> (tensor<?x3xf32>, tensor<?x?x3xf32>)
+  return %r#0, %r#1 : tensor<?x3xf32>, tensor<?x?x3xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @map
 // CHECK: %[[R:.*]] = scf.for %[[IV:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[OUT:.*]] = %{{.*}}) -> (tensor<5x2xf32>) {
 // CHECK:   %[[XT:.*]] = tensor.extract_slice %arg0[%[[IV]], 0] [1, 2] [1, 1] : tensor<5x2xf32> to tensor<2xf32>

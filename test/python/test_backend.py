@@ -195,6 +195,43 @@ def test_symbolic_sequence_length_compiles_once(compiled_programs):
     assert [s.shape for s in programs[1].native.args if s.rank == 3] == [(None, 2, 4)]
 
 
+def test_a_dynamic_batch_compiles_once_and_matches(compiled_programs):
+    """A batch size that changes (a smaller last batch) makes Dynamo's second graph symbolic in
+    the batch too: the scan's stacked outputs then have a dynamic dim that is not the stacked
+    one, which the CPU lowering refused ("needs per-step outputs of static shape"), so every call
+    after the second shape ran in eager. Their size is now computed before the loop from the
+    scan's operands (here the carry's batch dim)."""
+    model = TinyRNN()
+    compiled = torch.compile(model, backend="tidal", options={"fallback": "error"})
+    with torch.no_grad():
+        for batch, steps in ((2, 5), (3, 6), (7, 9), (4, 3)):
+            h, xs = torch.randn(batch, 4), torch.randn(steps, batch, 4)
+            torch.testing.assert_close(compiled(h, xs), model(h, xs))
+    assert len(programs := compiled_programs) == 2
+    assert [s.shape for s in programs[1].native.args if s.rank == 3] == [(None, None, 4)]
+
+
+def test_dynamic_inner_dims_of_map_and_associative_scan_outputs():
+    """The same for `map` (each slice's outputs sized by the slice) and for associative_scan
+    (outputs shaped like the inputs), with every dim dynamic."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+    from torch._higher_order_ops.map import map as hop_map
+
+    def mapped(xs, w):
+        return hop_map(lambda x, w: torch.tanh(x @ w).clone(), xs, w)
+
+    def cumulative(x):
+        return associative_scan(lambda a, b: a + b, x, dim=0, combine_mode="generic")
+
+    for fn, shapes in ((mapped, [((3, 5, 4), (4, 6)), ((2, 7, 4), (4, 3))]), (cumulative, [((6, 5),), ((9, 3),)])):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="tidal", dynamic=True, options={"fallback": "error"})
+        with torch.no_grad():
+            for shape in shapes:
+                args = [torch.randn(*s) for s in shape]
+                torch.testing.assert_close(compiled(*args), fn(*args))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_matmuls_with_transposed_operands_and_accumulators(dtype):
     """Transposes and accumulating adds folded into the BLAS call (its 'T' flags and beta): every

@@ -136,23 +136,78 @@ def insert_rows(part: ir.Value, full: ir.Value, count: ir.Value) -> ir.Value:
     return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
 
-def empty_like_stacked(result_type: ir.Type, length: ir.Value, dim: int, what: str, location) -> ir.Value:
-    """An uninitialized tensor for stacked per-step outputs (only the stacked dim may be dynamic)."""
+def empty_like_stacked(result_type: ir.Type, length: ir.Value, dim: int, what: str, location,
+                       size_of=None) -> ir.Value:
+    """An uninitialized tensor for stacked per-step outputs. The stacked dim is `length`; another
+    dynamic dim k is `size_of(k)` (an index computed before the loop, or None: unsupported)."""
     from tidal.diagnostics import TidalUnsupported
 
     sizes = []
     for k in range(result_type.rank):
         if result_type.is_dynamic_dim(k):
-            if k != dim:
+            size = length if k == dim else size_of(k) if size_of is not None else None
+            if size is None:
                 raise TidalUnsupported(
-                    f"{what} has a dynamic per-step shape ({result_type}); the CPU backend needs "
-                    f"per-step outputs of static shape (the stacked dim may be dynamic)",
+                    f"{what} has a dynamic per-step shape ({result_type}) that tidal cannot compute before "
+                    f"the loop (from the op's operands); the CPU backend needs it to allocate the stacked result",
                     location,
                 )
-            sizes.append(length)
+            sizes.append(size)
         else:
             sizes.append(result_type.get_dim_size(k))
     return tensor.EmptyOp(sizes, result_type.element_type).result
+
+
+_INDEX_ARITH = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.ceildivsi",
+                "arith.floordivsi", "arith.remsi", "arith.maxsi", "arith.minsi", "arith.index_cast")
+
+
+def reify_dim(value: ir.Value, k: int, outer_dim) -> ir.Value | None:
+    """Dim `k` of `value`, a value of a body, as an index computed at the current insertion point
+    (before the op that owns the body), or None when its size is not a function of the op's
+    operands that tidal follows. `outer_dim(arg, k)` is dim k of a body argument from outside.
+    Dynamic sizes (Dynamo's) reach a body through its arguments: tensor.dim of an argument,
+    tensor.empty of such sizes, and linalg results shaped like their inits."""
+    t = value.type
+    if not t.is_dynamic_dim(k):
+        return index(t.get_dim_size(k))
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return outer_dim(value, k)
+    name = owner.name
+    if name == "tensor.empty":
+        return _materialize(owner.operands[sum(1 for j in range(k) if t.is_dynamic_dim(j))], outer_dim)
+    if name == "tensor.cast":
+        return reify_dim(owner.operands[0], k, outer_dim)
+    if name.startswith("linalg."):  # destination style: result i has the shape of init i
+        results, operands = list(owner.results), list(owner.operands)
+        i = ir.OpResult(value).result_number
+        return reify_dim(operands[len(operands) - len(results) + i], k, outer_dim)
+    return None
+
+
+def _materialize(size: ir.Value, outer_dim) -> ir.Value | None:
+    """An index value of a body, recomputed at the current insertion point (see `reify_dim`)."""
+    owner = size.owner
+    if isinstance(owner, ir.Block):
+        return None
+    name = owner.name
+    if name == "arith.constant":
+        return arith.ConstantOp(size.type, owner.attributes["value"]).result
+    if name == "tensor.dim":
+        of = owner.operands[1].owner
+        if isinstance(of, ir.Block) or of.name != "arith.constant":
+            return None
+        return reify_dim(owner.operands[0], ir.IntegerAttr(of.attributes["value"]).value, outer_dim)
+    if name in _INDEX_ARITH:
+        operands = [_materialize(v, outer_dim) for v in owner.operands]
+        if any(v is None for v in operands):
+            return None
+        copy = owner.clone(ip=ir.InsertionPoint.current)
+        for i, v in enumerate(operands):
+            copy.operands[i] = v
+        return copy.results[0]
+    return None
 
 
 def inline_body(block: ir.Block, args: Sequence[ir.Value], anchor: ir.Operation) -> list[ir.Value]:

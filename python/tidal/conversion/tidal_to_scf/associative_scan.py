@@ -66,7 +66,8 @@ def lower_associative_scan_to_scf(op):
     may_block = may_be_long and _compute_bound(body)
     with ir.InsertionPoint(op), op.location:
         length = b.dim_size(xs[0], dim)
-        outs = [b.empty_like_stacked(x.type, length, dim, f"'{op.name}' result", op.location) for x in xs]
+        outs = [b.empty_like_stacked(x.type, length, dim, f"'{op.name}' result", op.location,
+                                     lambda d, x=x: b.dim_size(x, d)) for x in xs]
         if not may_block:
             results = scan.rows(xs, outs, None, consume_body=True, needed=_needed_results(op, body, k))
         else:
