@@ -98,15 +98,23 @@ def extract_range(full: ir.Value, dim: int, start: ir.Value, count: ir.Value) ->
     return tensor.extract_slice(range_type(full.type, dim), full, offsets, sizes, [], so, ss, st)
 
 
+def _outside_in_parallel():
+    """Where a `scf.forall.in_parallel` block's slice sizes are computed: before the in_parallel
+    op (its block holds only parallel inserts; a dynamic dim's tensor.dim goes there)."""
+    return ir.InsertionPoint(ir.InsertionPoint.current.block.owner)
+
+
 def parallel_insert_range(part: ir.Value, full: ir.Value, dim: int, start: ir.Value, count: ir.Value) -> None:
     """Inside `scf.forall.in_parallel`: write `part` over positions [start, start+count) of `full`."""
-    offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
+    with _outside_in_parallel():
+        offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
     tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
 
 def parallel_insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> None:
     """Inside `scf.forall.in_parallel`: write `part` at position `at` along `dim` of `full`."""
-    offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
+    with _outside_in_parallel():
+        offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
     tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
 
@@ -183,6 +191,28 @@ def reify_dim(value: ir.Value, k: int, outer_dim) -> ir.Value | None:
         results, operands = list(owner.results), list(owner.operands)
         i = ir.OpResult(value).result_number
         return reify_dim(operands[len(operands) - len(results) + i], k, outer_dim)
+    if name in ("tensor.insert_slice", "tensor.parallel_insert_slice"):  # shaped like the destination
+        return reify_dim(owner.operands[1], k, outer_dim)
+    if name == "tensor.collapse_shape":  # the product of the source dims collapsed into k
+        group = list(ir.ArrayAttr(owner.attributes["reassociation"])[k])
+        sizes = [reify_dim(owner.operands[0], ir.IntegerAttr(d).value, outer_dim) for d in group]
+        if any(v is None for v in sizes):
+            return None
+        product = sizes[0]
+        for v in sizes[1:]:
+            product = arith.MulIOp(product, v).result
+        return product
+    if name == "tensor.expand_shape":  # its dynamic output sizes are operands
+        return _materialize(owner.operands[1 + sum(1 for j in range(k) if t.is_dynamic_dim(j))], outer_dim)
+    # scf ops of bodies lowered already (inner ops are lowered first): a loop's result is shaped
+    # like its initial value (tidal's carries keep their shapes), an if's like its then-value
+    i = ir.OpResult(value).result_number
+    if name == "scf.for":
+        return reify_dim(owner.operands[3 + i], k, outer_dim)
+    if name == "scf.while" and i < len(owner.operands) and owner.operands[i].type == t:
+        return reify_dim(owner.operands[i], k, outer_dim)
+    if name == "scf.if":
+        return reify_dim(list(list(owner.regions[0].blocks[0].operations)[-1].operands)[i], k, outer_dim)
     return None
 
 

@@ -23,6 +23,8 @@ def lower_map_to_scf(op):
         ys = list(list(body.operations)[-1].operands)
 
         def outer_dim(arg, d):  # a slice of an xs (dim 0 dropped) or a const
+            if arg not in args:  # an argument of a block nested in the body
+                return None
             i = args.index(arg)
             return b.dim_size(operands[i], d + (1 if i < k else 0))
 

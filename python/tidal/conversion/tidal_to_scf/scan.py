@@ -34,6 +34,8 @@ def lower_scan_to_scf(op):
         ys = list(list(body.operations)[-1].operands)[n:]
 
         def outer_dim(arg, d):  # a carry, the step's slice of an xs (`dim` dropped), or a const
+            if arg not in args:  # an argument of a block nested in the body
+                return None
             i = args.index(arg)
             return b.dim_size(operands[i], d + (1 if n <= i < n + k and d >= dim else 0))
 
