@@ -184,8 +184,6 @@ def _host_read_refused(op) -> TidalError:
                       "function outside the capture", op.location if op is not None else None)
 
 
-
-
 def _slices(offsets, sizes, strides):
     return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
 
