@@ -166,6 +166,30 @@ def empty_like_stacked(result_type: ir.Type, length: ir.Value, dim: int, what: s
     return tensor.EmptyOp(sizes, result_type.element_type).result
 
 
+def slice_dim(d: int, dim: int) -> int:
+    """The dim of a tensor that dim `d` of its slice along `dim` (`dim` dropped) is."""
+    return d + (1 if d >= dim else 0)
+
+
+def body_argument_dims(body: ir.Block, operands: Sequence[ir.Value], sliced: range, dim: int):
+    """`reify_dim`'s `outer_dim` for a body whose argument i is operand i, a slice of it along
+    `dim` for i in `sliced`."""
+    args = list(body.arguments)
+
+    def outer_dim(arg, d):
+        if arg not in args:  # an argument of a block nested in the body
+            return None
+        i = args.index(arg)
+        return dim_size(operands[i], slice_dim(d, dim) if i in sliced else d)
+
+    return outer_dim
+
+
+def stack_sizes(step_value: ir.Value, dim: int, outer_dim):
+    """`empty_like_stacked`'s `size_of` for the stack along `dim` of a body's per-step value."""
+    return lambda d: reify_dim(step_value, d - (1 if d > dim else 0), outer_dim)
+
+
 _INDEX_ARITH = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.ceildivsi",
                 "arith.floordivsi", "arith.remsi", "arith.maxsi", "arith.minsi", "arith.index_cast")
 

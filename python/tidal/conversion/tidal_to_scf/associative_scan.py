@@ -208,7 +208,7 @@ def _blocked_scan(scan: _Scan, xs, outs, length, threads):
 
     # a total is a row: its dims are the inputs' dims but the scanned one
     totals = [b.empty_like_stacked(_stacked_type(st), blocks, 0, "block totals", None,
-                                   lambda d, x=x: b.dim_size(x, d - 1 + (1 if d - 1 >= dim else 0)))
+                                   lambda d, x=x: b.dim_size(x, b.slice_dim(d - 1, dim)))
               for st, x in zip(scan.slice_types, xs)]
 
     # 1. scan blocks 0..nb-2 on their own; their last rows are the totals.

@@ -19,18 +19,10 @@ def lower_map_to_scf(op):
     slice_types = [a.type for a in list(body.arguments)[:k]]
     with ir.InsertionPoint(op), op.location:
         length = b.dim_size(xs[0], 0)
-        args = list(body.arguments)
         ys = list(list(body.operations)[-1].operands)
-
-        def outer_dim(arg, d):  # a slice of an xs (dim 0 dropped) or a const
-            if arg not in args:  # an argument of a block nested in the body
-                return None
-            i = args.index(arg)
-            return b.dim_size(operands[i], d + (1 if i < k else 0))
-
+        outer_dim = b.body_argument_dims(body, operands, range(k), 0)
         stacks = [
-            b.empty_like_stacked(r.type, length, 0, f"'{op.name}' ys[{j}]", op.location,
-                                 lambda d, y=y: b.reify_dim(y, d - 1, outer_dim))
+            b.empty_like_stacked(r.type, length, 0, f"'{op.name}' ys[{j}]", op.location, b.stack_sizes(y, 0, outer_dim))
             for j, (r, y) in enumerate(zip(op.results, ys))
         ]
         loop = scf.ForOp(b.index(0), length, b.index(1), stacks)

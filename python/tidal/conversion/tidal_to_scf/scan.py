@@ -30,20 +30,10 @@ def lower_scan_to_scf(op):
     stacked_as = _carries_also_stacked(body, n, ir.RankedTensorType(xs[0].type), dim)
     with ir.InsertionPoint(op), op.location:
         length = b.dim_size(xs[0], dim)
-        args = list(body.arguments)
         ys = list(list(body.operations)[-1].operands)[n:]
-
-        def outer_dim(arg, d):  # a carry, the step's slice of an xs (`dim` dropped), or a const
-            if arg not in args:  # an argument of a block nested in the body
-                return None
-            i = args.index(arg)
-            return b.dim_size(operands[i], d + (1 if n <= i < n + k and d >= dim else 0))
-
-        def stacked_dim(y):  # dim d of a stack is dim d of the step's value, less the stacked dim
-            return lambda d: b.reify_dim(y, d - (1 if d > dim else 0), outer_dim)
-
+        outer_dim = b.body_argument_dims(body, operands, range(n, n + k), dim)
         stacks = [
-            b.empty_like_stacked(t, length, dim, f"'{op.name}' ys[{j}]", op.location, stacked_dim(y))
+            b.empty_like_stacked(t, length, dim, f"'{op.name}' ys[{j}]", op.location, b.stack_sizes(y, dim, outer_dim))
             for j, (t, y) in enumerate(zip(stacked_types, ys))
         ]
         first = b.index(0)
