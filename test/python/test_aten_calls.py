@@ -95,3 +95,97 @@ def test_cached_library_calls_aten_and_reports_errors(tmp_path):
     assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
     for result in (first, second):
         assert "aten::index_put failed in compiled code" in result["raised"] and "index 7" in result["raised"]
+
+
+# -- index_put's operands in loops: each call reads its own operands' buffers ---------------------
+# Was: the `to_buffer` of a loop-invariant operand (a `torch.arange` index) was hoisted out of the
+# while loop, and One-Shot bufferization then let a later op of the body (`tok + 1`) write into the
+# same buffer: the call read `tok + 1` as its row index ("index 4 is out of bounds for dimension 0
+# with size 4"). tidal-anchor-aten-buffers gives each call its to_buffers right before it.
+
+B, L = 4, 6
+
+
+def _while_writes(write):
+    """A while_loop over i < L whose body computes tok + 1 and writes it with `write(out, i, tok)`."""
+    def model(tok0, out0):
+        def body(i, tok, out):
+            tok = tok + 1
+            return i + 1, tok, write(out, i, tok)
+
+        return while_loop(lambda i, tok, out: i < L, body, (torch.zeros((), dtype=torch.int64), tok0, out0))[2]
+
+    return model
+
+
+def _scan_writes(write):
+    from torch._higher_order_ops import scan
+
+    def model(tok0, out0):
+        def step(carry, x):
+            i, tok, out = carry
+            tok = tok + x
+            return (i + 1, tok, write(out, i, tok)), tok.clone()
+
+        return scan(step, (torch.zeros((), dtype=torch.int64), tok0, out0), torch.ones(L, B, dtype=torch.int64))[0][2]
+
+    return model
+
+
+INDEX_WRITES = {
+    # out[:, i] = tok, as a greedy decoder writes each step's token
+    "expand-0d": lambda out, i, tok: out.index_put((torch.arange(B), i.expand(B)), tok),
+    "accumulate": lambda out, i, tok: out.index_put((torch.arange(B), i.expand(B)), tok, accumulate=True),
+    # index tensors broadcast against each other: rows [B, 1] with columns [1]
+    "broadcast": lambda out, i, tok: out.index_put((torch.arange(B)[:, None], i.reshape(1)), tok[:, None]),
+    # a column of a transposed [2, B] index: a strided index tensor
+    "non-contiguous": lambda out, i, tok: out.index_put(
+        (torch.stack([torch.arange(B), torch.arange(B)]).t()[:, 1], i.expand(B)), tok),
+    "reversed-rows": lambda out, i, tok: out.index_put((torch.arange(B - 1, -1, -1), i.expand(B)), tok),
+}
+
+
+@pytest.mark.parametrize("loop", [_while_writes, _scan_writes], ids=["while_loop", "scan"])
+@pytest.mark.parametrize("write", INDEX_WRITES.values(), ids=INDEX_WRITES.keys())
+def test_index_put_in_a_loop_reads_its_own_index_buffers(loop, write):
+    model = loop(write)
+    args = (torch.arange(B), torch.zeros(B, L, dtype=torch.int64))
+    with torch.no_grad():
+        torch.testing.assert_close(compile_program(model, args)(*args), model(*args))
+
+
+@pytest.mark.parametrize("write", INDEX_WRITES.values(), ids=INDEX_WRITES.keys())
+def test_index_put_outside_loops(write):
+    def model(tok, out, i):
+        return write(out, i, tok + 1), write(out * 2, i, tok)
+
+    args = (torch.arange(B), torch.zeros(B, L, dtype=torch.int64), torch.tensor(3))
+    with torch.no_grad():
+        torch.testing.assert_close(compile_program(model, args)(*args), model(*args))
+
+
+class GreedyDecoder(torch.nn.Module):
+    """Embedding + GRUCell + argmax, each step's token written into out[:, i] (index_put)."""
+
+    def __init__(self, vocab=10, hidden=8):
+        super().__init__()
+        self.emb, self.cell, self.proj = torch.nn.Embedding(vocab, hidden), torch.nn.GRUCell(hidden, hidden), torch.nn.Linear(hidden, vocab)
+
+    def forward(self, tok0, h0):
+        def body(i, tok, h, out):
+            h = self.cell(self.emb(tok), h)
+            tok = self.proj(h).argmax(-1)
+            return i + 1, tok, h, out.index_put((torch.arange(B), i.expand(B)), tok)
+
+        out = torch.zeros(B, L, dtype=torch.int64)
+        return while_loop(lambda i, tok, h, out: i < L, body, (torch.zeros((), dtype=torch.int64), tok0, h0, out))[3]
+
+
+def test_greedy_decoding_writes_each_token_into_its_column():
+    torch.manual_seed(0)
+    model = GreedyDecoder().eval()
+    args = (torch.randint(0, 10, (B,)), torch.randn(B, 8))
+    with torch.no_grad():
+        expected = model(*args)
+        torch.testing.assert_close(compile_program(model, args)(*args), expected)
+        torch.testing.assert_close(torch.compile(model, backend="tidal")(*args), expected)

@@ -32,7 +32,7 @@ from tidal.backends.transpose_tiles import permuted
 from tidal.dialects import declare_transformation
 from tidal.dialects.aten_call import NAME as ATEN_CALL
 from tidal.dialects.aten_call import is_none, is_operand_ref
-from tidal.passes.registry import tidal_pass
+from tidal.passes.registry import ops_named, tidal_pass
 from tidal.runtime import externs
 from tidal.runtime.errors import ERROR_HOOK_SETTER
 
@@ -411,6 +411,51 @@ def lower_aten_call(op: ir.Operation, fn_name: str, globals_: list[str]) -> str:
     return text
 
 
+HELPER_PREFIX = "tidal_aten_call_"
+
+
+def _producer(v: ir.Value):
+    return v.owner.operation if isinstance(v, ir.OpResult) else None
+
+
+# Ops between an operand's `to_buffer` and the helper call: a convolution's NCHW view of an NHWC buffer.
+_BUFFER_VIEWS = ("memref.transpose", "memref.cast")
+
+
+@tidal_pass("tidal-anchor-aten-buffers",
+            "Give each ATen helper call its operands' to_buffer right before it (run just before One-Shot bufferization)")
+def anchor_aten_buffers(module_op):
+    """One-Shot bufferization sees a tensor read at its `to_buffer`, not where the buffer is used.
+    `to_buffer` is a pure op, so loop-invariant code motion hoists the one of a loop-invariant
+    operand out of the loop (and cse merges equal ones): a loop body's later in-place writes may
+    then reuse that tensor's buffer while the call inside the loop still reads it. A
+    `torch.arange` index of an `index_put` in a `while_loop` shared its buffer with a `tok + 1`
+    computed after it in the body (both written into one `tensor.empty`), and ATen saw `tok + 1`
+    as the index. Each call gets its own `to_buffer` (and views) right before it, so One-Shot sees
+    the read where it happens."""
+    for call in ops_named(module_op, ("func.call",)):
+        if not ir.FlatSymbolRefAttr(call.attributes["callee"]).value.startswith(HELPER_PREFIX):
+            continue
+        for i, v in enumerate(list(call.operands)):
+            chain, op = [], _producer(v)
+            while op is not None and op.name in _BUFFER_VIEWS:
+                chain.append(op)
+                op = _producer(op.operands[0])
+            if op is None or op.name != "bufferization.to_buffer":
+                continue
+            chain.append(op)
+            value = None
+            for old in reversed(chain):
+                new = old.clone(ir.InsertionPoint(call))
+                if value is not None:
+                    new.operands[0] = value
+                value = new.results[0]
+            call.operands[i] = value
+            for old in chain:
+                if not list(old.results[0].uses):
+                    old.erase()
+
+
 @tidal_pass("tidal-aten-calls-to-runtime", "Lower tidal.aten_call to calls into ATen's dispatcher (CPU, before bufferization)")
 def aten_calls_to_runtime(module_op):
     calls: list[ir.Operation] = []
@@ -426,7 +471,7 @@ def aten_calls_to_runtime(module_op):
         return
     helpers, globals_ = [], []
     for k, op in enumerate(calls):
-        helpers.append(CPU_CALL.rule_for(op)(op, f"tidal_aten_call_{k}", globals_))
+        helpers.append(CPU_CALL.rule_for(op)(op, f"{HELPER_PREFIX}{k}", globals_))
     text = _PRELUDE + "".join(_decl(n, s) for n, s in _DECLS.items()) + "".join(globals_) + "".join(helpers)
     body = module_op.regions[0].blocks[0]
     parsed = ir.Module.parse(text)

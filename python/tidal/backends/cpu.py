@@ -24,6 +24,8 @@ import tidal.backends.vector_width  # noqa: F401  (registers tidal-prefer-wide-v
 import tidal.backends.vectorize  # noqa: F401  (registers tidal-vectorize)
 from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
 
+# The ATen helper calls' operand buffers are taken right before each call (tidal-anchor-aten-buffers:
+# code motion may have moved them away from it, and One-Shot sees the read at the to_buffer).
 # eliminate-empty-tensors lets an op whose result is inserted into a larger tensor (a concat's
 # operand, `tidal-concat-in-place`) compute straight into its slice. Arguments are the caller's tensors: One-Shot would otherwise treat them as writable and let an op
 # whose destination is an argument (a matmul accumulating into an input, `b + x @ w`) overwrite it.
@@ -35,7 +37,7 @@ from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
 # `tensor.insert_slice` then copies to leaves a copy between two equal subviews: cse makes them
 # one value and canonicalize drops the self-copy.
 BUFFERIZE = (
-    "tidal-read-only-arguments, eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
+    "tidal-anchor-aten-buffers, tidal-read-only-arguments, eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
     "func.func(tm-tensor-bufferize), cse, canonicalize, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
