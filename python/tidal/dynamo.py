@@ -25,9 +25,11 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import re
 import warnings
 
 import torch
+import torch._dynamo.exc
 
 from tidal.diagnostics import TidalError
 
@@ -92,6 +94,10 @@ def _unsupported_inputs(example_inputs) -> str | None:
     return None
 
 
+# Dynamo's own control flow, raised through a backend (a restart with scalars made tensors), not failures
+DYNAMO_SIGNALS = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
+
+
 class _Fallback:
     """Runs a graph in eager PyTorch; warns once (or raises, in strict mode) when first called."""
 
@@ -107,14 +113,17 @@ class _Fallback:
     def __call__(self, args):
         if self.strict:
             raise TidalCompileError(self.reason) from self.cause
+        self.warn_once()
+        return self.run(args)
+
+    def warn_once(self) -> None:
         if not self.warned:
             self.warned = True
             warnings.warn(
                 f"tidal cannot compile this graph ({self.reason}); it runs in eager PyTorch",
                 TidalFallbackWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self.run(args)
 
 
 class TidalCompiledGraph:
@@ -137,9 +146,31 @@ class TidalCompiledGraph:
     def __call__(self, args):
         if self.program is None and self.fallback is None:
             self._compile()
+            if self.program is not None:
+                return self._first_call(args)
         if self.fallback is not None:
             return self.fallback(args)
         return self.program(args)
+
+    def _first_call(self, args):
+        """The program's first run is the last stage that can fail for tidal's own reasons (a
+        kernel built or loaded lazily, a runtime symbol): when it raises and eager runs the same
+        arguments, the graph falls back for good. When eager raises too, the error is the
+        input's (an index out of range), and the program stays."""
+        kept = list(args)  # a boxed callee may clear its argument list
+        try:
+            return self.program(args)
+        except Exception as exc:  # noqa: BLE001 - decided by what eager does with the same inputs
+            try:
+                results = self._eager(kept)
+            except Exception:  # noqa: BLE001
+                raise exc from None
+            self.program = None
+            self.fallback = _Fallback(self._eager, _describe(exc, self.gm, "its first call"), self.strict, cause=exc)
+            if self.strict:
+                self.fallback(kept)  # raises TidalCompileError
+            self.fallback.warn_once()
+            return results
 
     def unboxed(self):
         """This graph as a `(*args)` callable for Dynamo to call without aot_autograd's wrapper
@@ -164,8 +195,10 @@ class TidalCompiledGraph:
         gm = copy.deepcopy(self.gm)
         try:
             self.program = compile_graph_module(gm, self.example_inputs, dump_dir=self.dump_dir, device=_device(self.example_inputs))
+        except DYNAMO_SIGNALS:
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure means eager, with one warning
-            self.fallback = _Fallback(self._eager, _describe(exc), self.strict, cause=exc)
+            self.fallback = _Fallback(self._eager, _describe(exc, self.gm), self.strict, cause=exc)
 
     def _eager(self, args):
         return _run_eager(self.gm, args)
@@ -179,7 +212,10 @@ def _run_eager(gm, args):
         return gm(*args)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, gm: torch.fx.GraphModule | None = None, stage: str | None = None) -> str:
+    """What failed, located: a TidalError or an MLIR diagnostic carries the op's line; any other
+    exception is tidal's own failure, placed at the graph's first control-flow op (else its first
+    op) in the user's source, so a user can say which code to keep out of torch.compile."""
     if isinstance(exc, TidalError):
         return exc.format()
     from torch_mlir import ir
@@ -189,18 +225,57 @@ def _describe(exc: BaseException) -> str:
 
         return "; ".join(d.format() for d in diagnostics_from_mlir_error(exc)[:2])
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {first}"
+    during = f" during {stage}" if stage else ""
+    where = _graph_location(gm) if gm is not None else None
+    if where is None:
+        return f"internal error in tidal{during}: {type(exc).__name__}: {first}"
+    op, loc = where
+    return f"{loc}: error: internal error in tidal{during}, compiling the graph of the {op} here: {type(exc).__name__}: {first}"
+
+
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _graph_location(gm: torch.fx.GraphModule) -> tuple[str, str] | None:
+    """(op, FILE:LINE) of the graph's first control-flow op with a source line, else its first op
+    with one: the innermost frame of the node's stack trace is the user's line."""
+    located = []
+    for node in gm.graph.nodes:
+        frames = _STACK_FRAME.findall(node.meta.get("stack_trace") or "")
+        if node.op == "call_function" and frames:
+            file, line = frames[-1]
+            is_hop = isinstance(node.target, torch._ops.HigherOrderOperator)
+            located.append((not is_hop, _op_name(node.target), f"{file}:{line}"))
+    if not located:
+        return None
+    _, op, loc = min(located, key=lambda entry: entry[0])  # stable: the first of its kind
+    return op, loc
+
+
+def _op_name(target) -> str:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return {"cond": "torch.cond"}.get(target.name(), target.name())
+    return str(getattr(target, "__name__", target))
 
 
 def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
     """The `torch.compile` backend registered as "tidal"."""
+    options = dict(options or {})
+    strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
+    checkpoint = scan_checkpoint_option(options)
+    try:
+        return _compile_dynamo_graph(gm, example_inputs, options, strict, checkpoint)
+    except DYNAMO_SIGNALS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - nothing tidal does may fail a program eager runs
+        return _eager_graph(gm, _describe(exc, gm), strict, cause=exc)
+
+
+def _compile_dynamo_graph(gm, example_inputs, options: dict, strict: bool, checkpoint: int):
     from torch._dynamo.backends.common import aot_autograd
 
     from tidal.importer.capture import decomposition_table
 
-    options = dict(options or {})
-    strict = fallback_mode(options) == "error"  # an unknown mode is refused here, not at a call
-    checkpoint = scan_checkpoint_option(options)
     reason = _unsupported_inputs(example_inputs)
     if reason is not None:  # devices, layouts: eager (autograd included) on Dynamo's own graph
         return _eager_graph(gm, reason, strict)
@@ -228,19 +303,19 @@ def tidal_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=N
 
         return compile_part
 
+    from tidal.importer.rnn import rnns_as_scans
     from tidal.tracing import tracing_for_tidal
 
+    pass  # gm = rnns_as_scans(gm)  # nn.LSTM/GRU/RNN (Dynamo's allow_rnn): one scan per layer and direction
     # aot_autograd traces the joint forward+backward graph now (training) or the inference graph:
     # the control-flow HOPs differentiate with tidal's rules (tidal.autodiff).
-    try:
-        with tracing_for_tidal(scan_checkpoint=checkpoint):
-            wrapped = aot_autograd(
-                fw_compiler=compiler_for("forward"),
-                bw_compiler=compiler_for("backward"),
-                decompositions=decomposition_table(),
-            )(gm, example_inputs)
-    except TidalError as exc:  # a rule refused the graph while aot_autograd traced it
-        return _eager_graph(gm, _describe(exc), strict, cause=exc)
+    # A rule that refuses the graph (or fails) while aot_autograd traces it: the caller's eager graph.
+    with tracing_for_tidal(scan_checkpoint=checkpoint):
+        wrapped = aot_autograd(
+            fw_compiler=compiler_for("forward"),
+            bw_compiler=compiler_for("backward"),
+            decompositions=decomposition_table(),
+        )(gm, example_inputs)
     return unwrapped[0].unboxed() if unwrapped else wrapped
 
 

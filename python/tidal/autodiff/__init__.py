@@ -56,7 +56,9 @@ def _autograd_kernel(rule, pytorch_kernel):
             return pytorch_kernel(*args, **kwargs)
         try:
             return rule(*args, **kwargs)
-        except TidalUnsupported as refusal:
+        except (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame):
+            raise  # Dynamo's own control flow
+        except Exception as refusal:  # noqa: BLE001 - a refusal, or a rule's own failure
             if tidal_backend_is_tracing():
                 raise  # the backend turns it into one fallback warning (strict: an error)
             # Dynamo's fake-tensor run, before the backend sees the graph: PyTorch's rule may
@@ -64,7 +66,9 @@ def _autograd_kernel(rule, pytorch_kernel):
             try:
                 return pytorch_kernel(*args, **kwargs)
             except Exception:  # noqa: BLE001
-                raise refusal from None
+                if isinstance(refusal, TidalUnsupported):
+                    raise refusal from None
+                raise
 
     return kernel
 
