@@ -15,6 +15,10 @@ def shape_predicate(x):
     return torch.cond(x.shape[0] > 4, lambda x: x.sin(), lambda x: x.cos(), (x,))
 
 
+def one_element_predicate(p, x):
+    return torch.cond(p, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
 def branch_uses_a_size(x):
     n = x.shape[0]
     return torch.cond(x.sum() > 0, lambda x: x * n, lambda x: x + n, (x,))
@@ -57,6 +61,10 @@ def associative_scan_in_scan(init, xs):
 CASES = {
     "shape_predicate": (shape_predicate, [(torch.randn(n, 3),) for n in (6, 3, 8)]),
     "branch_uses_a_size": (branch_uses_a_size, [(torch.randn(n, 3),) for n in (6, 3, 8)]),
+    "one_element_predicate": (
+        one_element_predicate,
+        [(p, torch.randn(3)) for p in (torch.tensor([True]), torch.zeros(1, 1, dtype=torch.bool), torch.tensor([0.0]), torch.ones(1, 1, dtype=torch.int64))],
+    ),
     "cond_reads_a_reduction": (cond_reads_a_reduction, [(torch.zeros(n, 3),) for n in (2, 3, 4)]),
     "body_clones_and_mutates": (body_clones_and_mutates, [(torch.zeros(n, 3),) for n in (2, 3, 4)]),
     "python_int_counter": (python_int_counter, [(torch.ones(n),) for n in (3, 4, 5)]),
@@ -122,7 +130,8 @@ def _grad_cases():
 
 @pytest.mark.parametrize("info", _grad_cases())
 def test_pytorch_hop_db_gradients(info):
-    """Gradients of PyTorch's HOP OpInfo programs through tidal's autodiff, against eager autograd."""
+    """Gradients of PyTorch's HOP OpInfo programs through tidal's autodiff, against eager autograd
+    and float64 gradcheck of the compiled program."""
     for sample in info.sample_inputs("cpu", torch.float64, requires_grad=True):
         args = (sample.input, *sample.args)
         leaves = [t for t in pytree.tree_leaves((args, sample.kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -137,6 +146,18 @@ def test_pytorch_hop_db_gradients(info):
 
         for got, want in zip(grads(compiled), grads(info.op)):
             torch.testing.assert_close(got, want)
+        # eager's HOP autograd is not a reference on its own (FOUNDATION.md, "Eager's own
+        # mistakes"): float64 finite differences of the compiled program are a second one
+        # (gradcheck keeps the graph between backward calls: no donated buffers)
+        torch._dynamo.reset()
+        with torch._functorch.config.patch(donated_buffer=False):
+            checked = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
+            flat, spec = pytree.tree_flatten(args)  # gradcheck perturbs top-level tensors only
+
+            def flat_call(*values):
+                return checked(*pytree.tree_unflatten(list(values), spec), **sample.kwargs)
+
+            assert torch.autograd.gradcheck(flat_call, tuple(flat))
 
 
 # -- associative_scan under torch.compile: one op, any combine, nested or not ----------------------
