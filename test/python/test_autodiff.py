@@ -566,3 +566,21 @@ def test_scan_of_dynamic_length_differentiates(compiled_graphs):
         torch._dynamo.mark_dynamic(xs, 0)
         _grads_vs_python_loop(compiled, rnn, (h0, xs, w, u), (xs, w, u), rtol=1e-4, atol=1e-5)
     assert len(compiled_graphs) == 2  # one forward, one backward: the length is symbolic in both
+
+
+def branch_on(p, x, w):
+    return torch.cond(p, lambda x, w: torch.sin(x @ w), lambda x, w: x.exp() * w.sum(), (x, w))
+
+
+@pytest.mark.parametrize("pred", [torch.tensor([True]), torch.zeros(1, 1, dtype=torch.bool), torch.tensor([0.5])],
+                         ids=["(1,)", "(1,1)", "float"])
+def test_cond_on_a_one_element_predicate_differentiates(pred):
+    """Eager takes any one-element predicate. Was: refused ("must be a 0-d bool tensor")."""
+    gen = torch.Generator().manual_seed(6)
+    x, w = torch.randn(2, 3, generator=gen).requires_grad_(), torch.randn(3, 3, generator=gen).requires_grad_()
+    compiled = torch.compile(branch_on, backend="tidal", fullgraph=True, options=STRICT)
+    out, got = _grads(compiled, (pred, x, w), [x, w])
+    in_python = torch.sin(x @ w) if pred else x.exp() * w.sum()
+    expected_out, expected = _grads(lambda *args: in_python, (), [x, w])
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(got, expected)

@@ -149,10 +149,23 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
 
     def _predicate(self, loc, node, pred) -> ir.Value:
         if isinstance(pred, torch.fx.Node) and isinstance(pred.meta.get("val"), torch.Tensor):
+            # eager takes any one-element tensor (shape (1,), (1, 1); a number is true when
+            # nonzero); tidal.cond takes a 0-d i1
             v = pred.meta["val"]
-            if v.dtype != torch.bool or v.dim() != 0:
-                self._unsupported(node, f"cond predicate must be a 0-d bool tensor, got {v.dtype} of shape {tuple(v.shape)}", loc)
-            return self._import_argument(loc, pred)
+            if v.is_complex() or not all(isinstance(d, int) and d == 1 for d in v.shape):
+                self._unsupported(node, f"cond predicate must be a one-element tensor, got {v.dtype} of shape {tuple(v.shape)}", loc)
+            value = self._import_argument(loc, pred)
+            if v.dim() != 0:
+                zero_d = ir.Type.parse(re.sub(r"<\[[^\]]*\]", "<[]", str(value.type)), self._c)
+                value = ir.Operation.create("torch.aten.squeeze", results=[zero_d], operands=[value], loc=loc).result
+            if v.dtype != torch.bool:
+                zero = ir.Operation.create(
+                    "torch.constant.int", results=[ir.Type.parse("!torch.int", self._c)],
+                    attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64, self._c), 0)}, loc=loc,
+                ).result
+                i1 = ir.Type.parse("!torch.vtensor<[],i1>", self._c)
+                value = ir.Operation.create("torch.aten.ne.Scalar", results=[i1], operands=[value, zero], loc=loc).result
+            return value
         if isinstance(pred, (bool, torch.fx.Node)):
             # A Python/symbolic bool: materialize it as a 0-d bool tensor.
             scalar = self._import_argument(loc, pred)
