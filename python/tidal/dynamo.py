@@ -306,7 +306,7 @@ def _compile_dynamo_graph(gm, example_inputs, options: dict, strict: bool, check
     from tidal.importer.rnn import rnns_as_scans
     from tidal.tracing import tracing_for_tidal
 
-    pass  # gm = rnns_as_scans(gm)  # nn.LSTM/GRU/RNN (Dynamo's allow_rnn): one scan per layer and direction
+    gm = rnns_as_scans(gm)  # nn.LSTM/GRU/RNN (Dynamo's allow_rnn): one scan per layer and direction
     # aot_autograd traces the joint forward+backward graph now (training) or the inference graph:
     # the control-flow HOPs differentiate with tidal's rules (tidal.autodiff).
     # A rule that refuses the graph (or fails) while aot_autograd traces it: the caller's eager graph.
