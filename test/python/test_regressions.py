@@ -198,20 +198,20 @@ with torch.no_grad():
     except Exception as e:
         expected = e
     try:
-        # these programs are refused by tidal on purpose: eager must give the result or raise
-        got = torch.compile(model, backend="tidal", options={{"fallback": "warn"}})(*inputs)
+        # fallback="warn": programs tidal refuses on purpose; eager must give the result or raise
+        got = torch.compile(model, backend="tidal", options={{"fallback": "{fallback}"}})(*inputs)
     except Exception as e:
         got = e
 if isinstance(expected, Exception):
-    assert type(got) is type(expected), (got, expected)
+    assert type(got) is type(expected) and str(expected) in str(got), (got, expected)
 else:
     torch.testing.assert_close(got, expected)
 print("OK")
 """
 
 
-def run_model_in_child(server, setup: str):
-    proc = server.run("exec", _TORCH_COMPILE_VS_EAGER.format(setup=textwrap.dedent(setup)))
+def run_model_in_child(server, setup: str, fallback: str = "warn"):
+    proc = server.run("exec", _TORCH_COMPILE_VS_EAGER.format(setup=textwrap.dedent(setup), fallback=fallback))
     assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-1500:]}"
     assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
 
@@ -231,21 +231,23 @@ def test_regression_int8_mul_scalar_segfaults(server, dtype):
 @pytest.mark.parametrize("op", ["torch.div(x, y, rounding_mode='trunc')", "torch.remainder(x, y)",
                                 "torch.fmod(x, y)"], ids=["trunc-div", "remainder", "fmod"])
 def test_regression_integer_division_by_zero_sigfpe(server, op):
-    """Fixed in 6c7d4c7. Was: integer division by zero kills the process with SIGFPE (trunc
-    division, remainder, fmod); eager raises RuntimeError('ZeroDivisionError')"""
+    """Fixed in 6c7d4c7 (refused), compiled since tidal-integer-division. Was: integer division by
+    zero kills the process with SIGFPE (trunc division, remainder, fmod); eager raises
+    RuntimeError('ZeroDivisionError'), and so does the compiled program (strict: no fallback)"""
     run_model_in_child(server, f"""
         model = lambda x, y: {op}
         inputs = (torch.tensor([4, 5, 6]), torch.tensor([2, 0, 3]))
-    """)
+    """, fallback="error")
 
 
 def test_regression_integer_floor_division_by_zero_wrong_result(server):
-    """Fixed in 6c7d4c7. Was: integer floor division by zero returns garbage (-9223372036854775808)
-    where eager raises RuntimeError('ZeroDivisionError')"""
+    """Fixed in 6c7d4c7 (refused), compiled since tidal-integer-division. Was: integer floor
+    division by zero returns garbage (-9223372036854775808) where eager raises
+    RuntimeError('ZeroDivisionError')"""
     run_model_in_child(server, """
         model = lambda x, y: torch.div(x, y, rounding_mode='floor')
         inputs = (torch.tensor([4, 5, 6]), torch.tensor([2, 0, 3]))
-    """)
+    """, fallback="error")
 
 
 def test_regression_reciprocal_of_zero_aborts(server):

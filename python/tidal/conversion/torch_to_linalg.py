@@ -90,15 +90,6 @@ def retype(module_op):
         _retype_op(op)
 
 
-_INTEGER_DIVISIONS = (
-    "torch.aten.div.Tensor",  # integer-typed results come from decompositions (fmod)
-    "torch.aten.div.Tensor_mode",
-    "torch.aten.remainder.Tensor",
-    "torch.aten.fmod.Tensor",
-    "torch.aten.floor_divide",
-)
-
-
 @tidal_pass(
     "tidal-check-supported",
     "Refuse, with a located error, what would crash or differ from eager in native code",
@@ -107,8 +98,8 @@ def check_supported(module_op):
     """Run before torch-mlir's conversions, which crash on some inputs instead of failing.
 
     - 8-bit integer tensors: convert-torch-to-linalg aborts the process on si8/ui8 arithmetic.
-    - integer division by a tensor: eager raises ZeroDivisionError for a zero divisor; native code
-      would trap (SIGFPE) or return garbage, so such programs are left to eager.
+    (Integer division, which would trap on a zero divisor, is made safe by tidal-integer-division
+    and tidal-guard-integer-division.)
     """
     problems: list[TidalUnsupported] = []
 
@@ -120,12 +111,6 @@ def check_supported(module_op):
                     f"'{op.name}' op works on 8-bit integer tensors ({v.type}), which torch-mlir's "
                     f"lowering does not handle", op.location))
                 return ir.WalkResult.ADVANCE
-        if op.name in _INTEGER_DIVISIONS:
-            spec = tensor_spec(op.results[0].type)
-            if spec is not None and spec.dtype.startswith(("si", "ui")):
-                problems.append(TidalUnsupported(
-                    f"'{op.name}' op divides integers by a tensor: a zero divisor must raise "
-                    f"ZeroDivisionError as in eager, which compiled code cannot do", op.location))
         return ir.WalkResult.ADVANCE
 
     module_op.walk(visit)
@@ -201,9 +186,9 @@ def backend_contract(module_op):
 # crashes (SIGSEGV in SymbolRefAttr::getRootReference) on tidal.scan/map/associative_scan. tidal's
 # importer never emits calls (subgraphs become regions), so there is nothing to inline.
 TORCH_BACKEND_PASSES = (
-    "tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, torch-reduce-op-variants, "
-    "canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
-    "tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
+    "tidal-integer-division, tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, "
+    "torch-reduce-op-variants, canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
+    "tidal-index-bounds, tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
@@ -222,7 +207,7 @@ TORCH_SIMPLIFY = tidal_pipeline(
     TORCH_BACKEND_PASSES,
 )
 _SIMPLIFIED_TO_LINALG = (
-    f"{LINALG_PASSES}, tidal-reciprocal-of-zero, tidal-retype, canonicalize, "
+    f"{LINALG_PASSES}, tidal-reciprocal-of-zero, tidal-guard-integer-division, tidal-retype, canonicalize, "
     "func.func(torch-finalizing-backend-type-conversion), lower-affine, canonicalize, tidal-backend-contract"
 )
 TORCH_TO_LINALG_FROM_SIMPLIFIED = tidal_pipeline(
