@@ -29,6 +29,17 @@ transcendental functions).
 Every captured input is a top-level argument of `program`, referenced by closure inside bodies.
 Scans always have length >= 1 (torch rejects length-0 scans).
 
+Gradient mode (`grad_programs()`, `check_gradients`): float programs only, at most
+`GRAD_MAX_DEPTH` deep and `GRAD_MAX_OPS` ops a block, always through
+`torch.compile(backend="tidal", options={"fallback": "error"})` with every input requiring grad.
+Values are bounded by `10 * tanh(x / 10)` instead of clamp (whose gradient is 0 wherever it
+bounds, and a subgradient at the bounds) and exp's argument by `3 * tanh(x / 3) - 1`. The
+reference is `loop_source_of(desc)`: the same rendering with Python loops for the control-flow
+ops, differentiated by eager autograd; its forward is checked against eager's HOPs first. Kinks
+are left in (relu, abs, where-based max/min, amax): the inputs are random, so a kink is met only
+where a value is exactly 0 or two values exactly equal by construction (`v - v`, a broadcast copy),
+and there tidal and eager take PyTorch's same subgradient.
+
 Left out on purpose:
   * associative_scan nested inside another control-flow body: tidal cannot capture it yet
     (test_regressions.py::test_regression_associative_scan_nested_in_cond);
@@ -40,6 +51,11 @@ Left out on purpose:
     NaN/inf inputs: values are random in [-2, 2] (float) or [-5, 5] (int64).
   * programs on which eager PyTorch itself fails with a known Dynamo bug (EAGER_TORCH_BUGS) are
     discarded; any other eager failure is reported as a GeneratorBug.
+  * gradient mode: a scan over a dim other than 0 inside a while_loop body: the while_loop's
+    adjoint rejects the scan adjoint's strided cotangent as its carry
+    (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient).
+  * gradient mode: associative_scan over a dim of size 1: tidal's adjoint fails (test_fuzz_finds.py::test_associative_scan_of_length_1_gradient).
+    TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 generates every program gradient mode leaves out.
 """
 
 from __future__ import annotations
@@ -52,15 +68,25 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils._pytree as pytree
 from hypothesis import strategies as st
 
 MAX_DEPTH = 3
+MAX_OPS = 3  # per block
+# A training step compiles a forward and a backward program, and eager runs the HOPs and the loop
+# reference: gradient-mode programs are smaller, so that 200 of them fit CI's budget.
+GRAD_MAX_DEPTH = 2
+GRAD_MAX_OPS = 2
 MAX_DIM = 4
 MAX_RANK = 3
 
 # associative_scan inside another control-flow body cannot be compiled yet (test_regressions.py::
 # test_regression_associative_scan_nested_in_cond): set TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 to fuzz it.
 NESTED_ASSOCIATIVE_SCAN = os.environ.get("TIDAL_FUZZ_NESTED_ASSOC_SCAN", "0") == "1"
+
+# Gradient mode leaves out classes of programs that fail today (the docstring lists them, each
+# with its test in test_fuzz_finds.py): set TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 to generate them.
+KNOWN_GRAD_FAILURES = os.environ.get("TIDAL_FUZZ_GRAD_KNOWN_FAILURES", "0") == "1"
 
 FLOAT_BOUND = 10.0
 INT_BOUND = 1000
@@ -158,6 +184,7 @@ class Program:
     body: Block
     seed: int
     via: str = "export"  # "export" (compile_program) | "dynamo" (torch.compile(backend="tidal"))
+    grad: bool = False  # gradient mode: bounded smoothly (tanh) instead of by clamp
 
 
 CONTROL_FLOW = (Cond, While, Scan, Map, AssocScan)
@@ -183,14 +210,23 @@ def depth_of(block: Block) -> int:
 class _Drawer:
     """Draws blocks for one program, collecting the captured inputs they reference."""
 
-    def __init__(self, draw, dtype: str):
+    def __init__(self, draw, dtype: str, max_depth: int = MAX_DEPTH, max_ops: int = MAX_OPS, grad: bool = False):
         self.draw = draw
         self.dtype = dtype
+        self.grad = grad
+        self.in_while = 0  # how many while_loop bodies enclose the op being drawn
+        self.max_depth = max_depth
+        self.max_ops = max_ops
         self.inputs: list[Spec] = []
 
     @property
     def is_int(self) -> bool:
         return self.dtype == "int64"
+
+    def assoc_scan_dims(self, shape) -> list[int]:
+        if self.grad and not KNOWN_GRAD_FAILURES:  # test_fuzz_finds.py::test_associative_scan_of_length_1_gradient
+            return [d for d in range(len(shape)) if shape[d] > 1]
+        return list(range(len(shape)))
 
     def new_input(self, shape) -> int:
         self.inputs.append(Spec(tuple(shape), self.dtype))
@@ -218,7 +254,7 @@ class _Drawer:
         return Operand("self")
 
     def block(self, shape, depth: int) -> Block:
-        n = self.draw(st.integers(1, 3))
+        n = self.draw(st.integers(1, self.max_ops))
         return Block(tuple(self.op(shape, depth) for _ in range(n)))
 
     def op(self, shape, depth: int):
@@ -232,11 +268,11 @@ class _Drawer:
         # multiplication of sizes" (size (s, (s**2)//s, k)). Rank-3 matmuls stay at the top level.
         if 1 <= rank <= 2 or (rank == 3 and depth == 0):
             kinds += ["matmul"]
-        if depth < MAX_DEPTH:
+        if depth < self.max_depth:
             kinds += ["cond", "while"]
             if rank >= 1:
                 kinds += ["scan", "map"]
-                if depth == 0 or NESTED_ASSOCIATIVE_SCAN:
+                if (depth == 0 or NESTED_ASSOCIATIVE_SCAN) and self.assoc_scan_dims(shape):
                     kinds += ["assoc_scan"]
         kind = draw(st.sampled_from(kinds))
         if kind == "unary":
@@ -257,9 +293,16 @@ class _Drawer:
             threshold = self.scalar() if pred != "input" else 0
             return Cond(pred, threshold, pred_input, self.block(shape, depth + 1), self.block(shape, depth + 1))
         if kind == "while":
-            return While(draw(st.integers(1, 3)), draw(st.booleans()), self.block(shape, depth + 1))
+            n, data_pred = draw(st.integers(1, 3)), draw(st.booleans())
+            self.in_while += 1
+            body = self.block(shape, depth + 1)
+            self.in_while -= 1
+            return While(n, data_pred, body)
         if kind == "scan":
-            dim = draw(st.integers(0, rank - 1))
+            if self.grad and not KNOWN_GRAD_FAILURES and self.in_while:
+                dim = 0  # test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient
+            else:
+                dim = draw(st.integers(0, rank - 1))
             slice_shape = shape[:dim] + shape[dim + 1:]
             init = draw(st.sampled_from(["zeros", "first", "input"]))
             init_input = self.new_input(slice_shape) if init == "input" else -1
@@ -269,8 +312,12 @@ class _Drawer:
             extra = self.broadcast_input(shape[1:]) if draw(st.booleans()) else -1
             return Map(extra, self.block(shape[1:], depth + 1))
         assert kind == "assoc_scan"
-        return AssocScan(draw(st.sampled_from(["add", "max", "mul", "linrec"])), draw(st.integers(0, rank - 1)),
-                         draw(st.booleans()))
+        combine = draw(st.sampled_from(["add", "max", "mul", "linrec"]))
+        if self.grad and not KNOWN_GRAD_FAILURES:
+            dim = draw(st.sampled_from(self.assoc_scan_dims(shape)))
+        else:
+            dim = draw(st.integers(0, rank - 1))
+        return AssocScan(combine, dim, draw(st.booleans()))
 
 
 @st.composite
@@ -280,13 +327,24 @@ def programs(draw, dtypes=("float32", "float64", "int64"), dynamo_fraction: int 
     via = "export"
     if dynamo_fraction and draw(st.integers(0, dynamo_fraction - 1)) == dynamo_fraction - 1:
         via = "dynamo"
+    return _program(draw, dtypes, via, MAX_DEPTH, MAX_OPS, grad=False)
+
+
+@st.composite
+def grad_programs(draw):
+    """A random valid float `Program` for gradient mode (`check_gradients`): always through
+    torch.compile, at most `GRAD_MAX_DEPTH` deep and `GRAD_MAX_OPS` ops a block."""
+    return _program(draw, ("float32", "float64"), "dynamo", GRAD_MAX_DEPTH, GRAD_MAX_OPS, grad=True)
+
+
+def _program(draw, dtypes, via: str, max_depth: int, max_ops: int, grad: bool) -> Program:
     dtype = draw(st.sampled_from(tuple(dtypes) + ("float32",) * ("float32" in dtypes)))  # float32: x2 weight
     rank = draw(st.integers(0, MAX_RANK))
     shape = tuple(draw(st.integers(1, MAX_DIM)) for _ in range(rank))
-    drawer = _Drawer(draw, dtype)
+    drawer = _Drawer(draw, dtype, max_depth, max_ops, grad)
     body = drawer.block(shape, 0)
     seed = draw(st.integers(0, 2**16))
-    return Program(Spec(shape, dtype), tuple(drawer.inputs), body, seed, via)
+    return Program(Spec(shape, dtype), tuple(drawer.inputs), body, seed, via, grad)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +355,7 @@ def programs(draw, dtypes=("float32", "float64", "int64"), dynamo_fraction: int 
 @dataclass
 class _Emitter:
     dtype: str
+    smooth: bool = False
     lines: list[str] = field(default_factory=list)
     counter: int = 0
 
@@ -309,6 +368,10 @@ class _Emitter:
         return f"{INT_BOUND}" if self.is_int else f"{FLOAT_BOUND}"
 
     def clamp(self, expr: str) -> str:
+        if self.smooth:
+            # clamp's gradient is 0 wherever it bounds a value, which would hide most of a deep
+            # program's gradient, and is a subgradient choice at the bounds themselves.
+            return f"{self.bound} * torch.tanh(({expr}) / {self.bound})"
         return f"({expr}).clamp(-{self.bound}, {self.bound})"
 
     def fresh(self, prefix: str) -> str:
@@ -338,7 +401,7 @@ class _Emitter:
                 "relu": "torch.relu(v)",
                 "tanh": "torch.tanh(v)",
                 "sigmoid": "torch.sigmoid(v)",
-                "exp": "torch.exp(v.clamp(-4.0, 2.0))",
+                "exp": "torch.exp(3.0 * torch.tanh(v / 3.0) - 1.0)" if self.smooth else "torch.exp(v.clamp(-4.0, 2.0))",
             }[op.op]
             e(ind, f"v = {expr}")
         elif isinstance(op, Binary):
@@ -370,7 +433,7 @@ class _Emitter:
                 "amax": f"v.amax() > {op.threshold!r}",
                 "input": f"in{op.pred_input}.sum() > 0",
             }[op.pred]
-            e(ind, f"v = torch.cond({pred}, {t}, {f}, (v,))")
+            e(ind, f"v = cond({pred}, {t}, {f}, (v,))")
         elif isinstance(op, While):
             c, b = self.fresh("while_cond"), self.fresh("while_body")
             e(ind, f"def {c}(i, v):")
@@ -433,9 +496,7 @@ class _Emitter:
             raise TypeError(op)
 
 
-HEADER = """import torch
-from torch._higher_order_ops import associative_scan, map, scan, while_loop
-
+_DENSE = """
 
 def _dense(t):
     # A fresh row-major copy: torch requires scan carries and cond branches to agree on strides
@@ -443,25 +504,73 @@ def _dense(t):
     return t.clone(memory_format=torch.contiguous_format)
 """
 
+HEADER = """import torch
+from torch._higher_order_ops import associative_scan, cond, map, scan, while_loop
+""" + _DENSE
 
-def source_of(desc: Program) -> str:
-    """Python source defining `program(v, in0, in1, ...)` for `desc`."""
-    em = _Emitter(desc.state.dtype)
+# The same program with every control-flow op run as a Python loop (or `if`): the gradient
+# reference, differentiated by eager autograd of plain aten ops, not by PyTorch's HOP autograd
+# (wrong for a while_loop that runs zero times: shared/design/FOUNDATION.md "Eager's own mistakes").
+LOOP_HEADER = """import torch
+from fuzz_programs import python_associative_scan as associative_scan
+from fuzz_programs import python_cond as cond
+from fuzz_programs import python_map as map
+from loop_reference import python_scan as scan
+from loop_reference import python_while_loop as while_loop
+""" + _DENSE
+
+
+def python_cond(pred, true_fn, false_fn, operands):
+    return true_fn(*operands) if bool(pred) else false_fn(*operands)
+
+
+def python_map(fn, xs, *args):
+    return torch.stack([fn(x, *args) for x in xs.unbind(0)])
+
+
+def python_associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="generic"):
+    """The inclusive prefix of `xs` along `dim`, one combine per step, left to right (right to
+    left if `reverse`: torch scans the flipped input, so the running value is the left operand)."""
+    leaves, spec = pytree.tree_flatten(xs)
+    steps = range(leaves[0].shape[dim])
+    running, out = None, {}
+    for t in reversed(steps) if reverse else steps:
+        x = pytree.tree_unflatten([leaf.select(dim, t) for leaf in leaves], spec)
+        running = x if running is None else combine_fn(running, x)
+        out[t] = pytree.tree_leaves(running)
+    stacked = [torch.stack(column, dim) for column in zip(*(out[t] for t in steps))]
+    return pytree.tree_unflatten(stacked, spec)
+
+
+def _render(desc: Program, header: str) -> str:
+    em = _Emitter(desc.state.dtype, smooth=desc.grad)
     params = ", ".join(["v"] + [f"in{i}" for i in range(len(desc.inputs))])
     em.emit(0, f"def program({params}):")
     em.block(desc.body, 1)
     em.emit(1, "return v")
-    return HEADER + "\n\n" + "\n".join(em.lines) + "\n"
+    return header + "\n\n" + "\n".join(em.lines) + "\n"
+
+
+def source_of(desc: Program) -> str:
+    """Python source defining `program(v, in0, in1, ...)` for `desc`."""
+    return _render(desc, HEADER)
+
+
+def loop_source_of(desc: Program) -> str:
+    """`source_of(desc)` with Python loops and `if`s for the control-flow ops (test/python must be
+    on sys.path: the loops are this module's and loop_reference.py's)."""
+    return _render(desc, LOOP_HEADER)
 
 
 _built = 0
 
 
-def build(desc: Program):
-    """(the `program` callable, its source). The source is registered with linecache, so
-    tracebacks and tidal's diagnostics show the generated lines."""
+def build(desc: Program, loops: bool = False):
+    """(the `program` callable, its source): `source_of(desc)`, or `loop_source_of(desc)` if
+    `loops`. The source is registered with linecache, so tracebacks and tidal's diagnostics show
+    the generated lines."""
     global _built
-    src = source_of(desc)
+    src = loop_source_of(desc) if loops else source_of(desc)
     _built += 1
     filename = f"<tidal-fuzz-{_built}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
@@ -499,17 +608,21 @@ def tolerances(dtype: str) -> dict:
 
 
 _VIA = {"dynamo": 'torch.compile(program, backend="tidal")', "export": "tidal.compiler.compile_program"}
+_VIA_GRAD = 'torch.compile(program, backend="tidal", options={"fallback": "error"}), inputs requiring grad'
+
 
 
 def reproduction(desc: Program) -> str:
     """What a failure prints: the description, the source, and how to rerun it."""
     return (
         f"description:\n  {desc!r}\n"
-        f"compiled via: {_VIA[desc.via]}\n"
+        f"compiled via: {_VIA_GRAD if desc.grad else _VIA[desc.via]}\n"
         f"input shapes: v={desc.state.shape} {desc.state.dtype}, "
         + ", ".join(f"in{i}={s.shape}" for i, s in enumerate(desc.inputs))
         + f"\nseed: {desc.seed} (fuzz_programs.make_inputs(desc))\n"
         f"---- generated source ----\n{source_of(desc)}--------------------------"
+        + (f"\n---- its Python-loop reference (loop_source_of) ----\n{loop_source_of(desc)}"
+           "--------------------------" if desc.grad else "")
     )
 
 
@@ -529,6 +642,24 @@ class GeneratorBug(Exception):
     """The generated program is not valid PyTorch (eager raises): fix fuzz_programs.py."""
 
 
+class ReferenceMismatch(AssertionError):
+    """The Python-loop reference's forward differs from eager's HOPs: a bug in the loops
+    (`loop_source_of`, loop_reference.py) or in eager PyTorch."""
+
+
+def _eager(fn, inputs, desc: Program):
+    """`fn(*inputs)` in eager; a program eager rejects is the generator's fault (or torch's)."""
+    try:
+        return fn(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the generator's fault (or torch's), not tidal's
+        if any(known in str(exc) for known in EAGER_TORCH_BUGS):
+            from hypothesis import event, reject
+
+            event("eager PyTorch failed (known torch bug): program discarded")
+            reject()
+        raise GeneratorBug(f"eager PyTorch rejected a generated program: {exc}\n{reproduction(desc)}") from exc
+
+
 def check(desc: Program) -> None:
     """Compile `desc` with tidal and compare with eager; raises FuzzFailure with a reproduction."""
     from tidal.compiler import compile_program
@@ -540,15 +671,7 @@ def check(desc: Program) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", UserWarning)
-        try:
-            expected = fn(*inputs)
-        except Exception as exc:  # noqa: BLE001 - the generator's fault (or torch's), not tidal's
-            if any(known in str(exc) for known in EAGER_TORCH_BUGS):
-                from hypothesis import event, reject
-
-                event("eager PyTorch failed (known torch bug): program discarded")
-                reject()
-            raise GeneratorBug(f"eager PyTorch rejected a generated program: {exc}\n{reproduction(desc)}") from exc
+        expected = _eager(fn, inputs, desc)
         if desc.via == "dynamo":
             torch._dynamo.reset()
             with warnings.catch_warnings(record=True) as caught:
@@ -572,6 +695,97 @@ def check(desc: Program) -> None:
         torch.testing.assert_close(got, expected, **tolerances(desc.state.dtype))
     except AssertionError as exc:
         raise FuzzFailure(f"tidal differs from eager: {exc}\n{reproduction(desc)}") from None
+
+
+def make_weights(desc: Program) -> torch.Tensor:
+    """The fixed random weights of the loss `(out * weights).sum()`: every output element gets its
+    own cotangent, so a gradient swapped between elements is seen."""
+    g = torch.Generator().manual_seed(desc.seed + 1)
+    return (torch.rand(desc.state.shape, generator=g, dtype=torch.float64) * 2 - 1).to(getattr(torch, desc.state.dtype))
+
+
+def grad_tolerances(dtype: str, reference: list[torch.Tensor]) -> dict:
+    """Gradients sum many products (a scan's adjoint over every step), so an entry can cancel to
+    far below its terms: absolute error is measured against the largest reference gradient."""
+    scale = max([1.0] + [float(g.abs().max()) for g in reference if g.numel()])
+    if dtype == "float64":
+        return {"rtol": 1e-6, "atol": 1e-9 * scale}
+    return {"rtol": 1e-3, "atol": 1e-5 * scale}
+
+
+# gradcheck (float64, finite differences) on the compiled function, for programs this small: it
+# costs two calls per input element and one backward per output element.
+GRADCHECK_MAX_NUMEL = 16
+
+
+def _grads(out, weights, leaves) -> list[torch.Tensor]:
+    (out * weights).sum().backward()
+    return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
+
+
+def check_gradients(desc: Program) -> None:
+    """Train-step `desc` through tidal (strict torch.compile, every input requiring grad, loss
+    `(out * make_weights(desc)).sum()`) and compare the output and every input's gradient with
+    eager autograd of `loop_source_of(desc)`, whose forward is first checked against eager's HOPs.
+    Small float64 programs also get `torch.autograd.gradcheck` on the compiled function."""
+    from tidal.dynamo import TidalCompileError
+
+    assert desc.grad and desc.state.dtype != "int64", desc
+    fn, _ = build(desc)
+    loop_fn, _ = build(desc, loops=True)
+    inputs = make_inputs(desc)
+    weights = make_weights(desc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        with torch.no_grad():
+            expected = _eager(fn, inputs, desc)
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        reference = loop_fn(*leaves)
+        try:
+            torch.testing.assert_close(reference.detach(), expected, **tolerances(desc.state.dtype))
+        except AssertionError as exc:
+            raise ReferenceMismatch(
+                f"the Python-loop reference differs from eager's HOPs (forward): {exc}\n{reproduction(desc)}"
+            ) from None
+        reference_grads = _grads(reference, weights, leaves)
+
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="tidal", options={"fallback": "error"})
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        try:
+            got = compiled(*leaves)
+            got_grads = _grads(got, weights, leaves)
+        except TidalCompileError as exc:
+            raise FuzzFailure(f"tidal rejected a valid program: {exc}\n{reproduction(desc)}") from None
+        except Exception as exc:  # noqa: BLE001 - anything else is a crash: report it
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise FuzzFailure(
+                f"the compiled training step crashed: {type(exc).__name__}: {first}\n{reproduction(desc)}"
+            ) from exc
+        try:
+            torch.testing.assert_close(got.detach(), reference.detach(), **tolerances(desc.state.dtype))
+        except AssertionError as exc:
+            raise FuzzFailure(f"tidal's forward differs from the Python loops': {exc}\n{reproduction(desc)}") from None
+        tol = grad_tolerances(desc.state.dtype, reference_grads)
+        for i, (g, r) in enumerate(zip(got_grads, reference_grads)):
+            try:
+                torch.testing.assert_close(g, r, **tol)
+            except AssertionError as exc:
+                name = "v" if i == 0 else f"in{i - 1}"
+                raise FuzzFailure(
+                    f"tidal's gradient of {name} differs from the Python loops': {exc}\n{reproduction(desc)}"
+                ) from None
+        if desc.state.dtype == "float64" and sum(x.numel() for x in inputs) <= GRADCHECK_MAX_NUMEL:
+            # gradcheck runs one backward per output element on one graph (retain_graph), which a
+            # backward that reuses its saved tensors' buffers (aot_autograd's default) refuses.
+            torch._dynamo.reset()
+            with torch._functorch.config.patch(donated_buffer=False):
+                compiled = torch.compile(fn, backend="tidal", options={"fallback": "error"})
+                try:
+                    torch.autograd.gradcheck(compiled, tuple(leaves), eps=1e-6, atol=1e-5, rtol=1e-4)
+                except Exception as exc:  # noqa: BLE001 - GradcheckError or a crash in a recompile
+                    raise FuzzFailure(f"gradcheck of the compiled program failed: {exc}\n{reproduction(desc)}") from None
 
 
 if __name__ == "__main__":  # print a few random programs

@@ -24,6 +24,25 @@ Also fuzz associative_scan nested inside other control flow (known to fail:
 test_regressions.py::test_regression_associative_scan_nested_in_cond):
 
     TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 python -m pytest test/python/test_fuzz.py
+
+Gradient mode (`test_tidal_gradients_match_python_loops_on_random_programs`): float32/float64
+programs from `fuzz_programs.grad_programs()` (at most 2 deep, 2 ops a block; values bounded by
+`10 * tanh(x / 10)` instead of clamp, whose gradient vanishes wherever it bounds) are trained one
+step through `torch.compile(backend="tidal", options={"fallback": "error"})`, every input
+requiring grad, loss `(out * w).sum()` for fixed random `w`; the output and every input's gradient
+are compared with eager autograd of the same program written as Python loops
+(`fuzz_programs.loop_source_of`: cond as `if`, while_loop as `while`, scan / map /
+associative_scan as `for` loops over slices), not with eager's HOP autograd, which is wrong in
+places (shared/design/FOUNDATION.md "Eager's own mistakes"). The loops' forward is first checked
+against eager's HOPs, so the reference itself is validated. Tolerances: `rtol=1e-3` for float32
+(`1e-6` for float64), `atol` relative to the largest gradient. float64 programs with at most 16
+input elements also get `torch.autograd.gradcheck` on the compiled function. CI: 200 examples,
+derandomized. Long runs take the same variables, selected with -k:
+
+    TIDAL_FUZZ_SEED=1234 TIDAL_FUZZ_EXAMPLES=2000 python -m pytest test/python/test_fuzz.py -k gradients
+
+A long run here stops at the first failure (hypothesis shrinks it); `fuzz_campaign.py` runs a
+campaign that records every failure and shrinks each kind afterwards.
 """
 
 import os
@@ -59,3 +78,12 @@ def test_tidal_matches_eager_on_random_programs(desc):
     event(f"{desc.state.dtype}")
     event(f"via {desc.via}")
     fuzz_programs.check(desc)
+
+
+@_maybe_seeded
+@_settings
+@given(desc=fuzz_programs.grad_programs())
+def test_tidal_gradients_match_python_loops_on_random_programs(desc):
+    event(f"depth {fuzz_programs.depth_of(desc.body)}")
+    event(f"{desc.state.dtype}")
+    fuzz_programs.check_gradients(desc)

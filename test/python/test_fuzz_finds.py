@@ -1,0 +1,77 @@
+"""Bugs the gradient fuzzer (test_fuzz.py, fuzz_campaign.py) found and tidal has not fixed yet, as
+minimal programs, each marked xfail(strict=True): a fix turns its test into an XPASS failure,
+and then the test should become a plain regression test and the generator's matching exclusion
+(fuzz_programs.py, "Left out on purpose") be dropped."""
+
+import pytest
+import torch
+from torch._higher_order_ops import associative_scan, scan, while_loop
+
+from loop_reference import python_scan, python_while_loop
+
+
+def _train(fn, *args):
+    """(output, gradients) of `(fn(*args) * w).sum()` for a fixed w, through strict tidal."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tidal", options={"fallback": "error"})
+    leaves = [a.clone().requires_grad_() for a in args]
+    out = compiled(*leaves)
+    w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    (out * w).sum().backward()
+    return out.detach(), [x.grad for x in leaves]
+
+
+def _reference(fn, *args):
+    leaves = [a.clone().requires_grad_() for a in args]
+    out = fn(*leaves)
+    w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    (out * w).sum().backward()
+    return out.detach(), [x.grad for x in leaves]
+
+
+@pytest.mark.xfail(strict=True, reason="tidal's associative_scan adjoint fails on a scan of length 1")
+def test_associative_scan_of_length_1_gradient():
+    """IndexError: select(): index 0 out of range for tensor of size [0] at dimension 0, raised
+    while aot_autograd traces tidal's adjoint (autodiff/associative_scan.py) of a scan over a dim
+    of size 1; size 2 works. The forward alone compiles."""
+
+    def program(v):
+        return associative_scan(lambda a, b: a + b, v, dim=0, combine_mode="generic")
+
+    v = torch.tensor([0.5])
+    out, (grad,) = _train(program, v)
+    torch.testing.assert_close(out, v)
+    torch.testing.assert_close(grad, torch.tensor([-1.0]))
+
+
+@pytest.mark.xfail(strict=True, reason="tidal's while_loop adjoint rejects a strided cotangent carry")
+def test_scan_over_dim_1_inside_while_loop_gradient():
+    """UncapturedHigherOrderOpError: Expected carried_inputs and body_output to have same metadata
+    but found: pair[2] differ in 'stride: (2, 1) vs (1, 4)', raised while aot_autograd traces
+    tidal's while_loop adjoint (autodiff/while_loop.py, backward): the scan adjoint's cotangent of
+    xs is stacked on dim 0 and moved to `dim`, so it is strided, and the adjoint loop carries it
+    as it is. Any size fails, and a scan over dim 0 in the same loop works; tidal's message keeps
+    only the first line of torch's, which drops the 'pair[2] differ in stride' part."""
+
+    def step(c, x):
+        return c + x, (c + x).clone()
+
+    def body(i, v):
+        _, ys = scan(step, torch.zeros(v.shape[:-1]), v, dim=1)
+        return i + 1, ys.clone(memory_format=torch.contiguous_format)
+
+    def program(v):
+        return while_loop(lambda i, v: i < 2, body, (torch.zeros((), dtype=torch.int64), v))[1]
+
+    def reference(v):
+        return python_while_loop(lambda i, v: i < 2, body_in_python, (torch.zeros((), dtype=torch.int64), v))[1]
+
+    def body_in_python(i, v):
+        _, ys = python_scan(step, torch.zeros(v.shape[:-1]), v, dim=1)
+        return i + 1, ys
+
+    v = torch.rand(4, 2)
+    out, grads = _train(program, v)
+    expected, expected_grads = _reference(reference, v)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads, expected_grads)
