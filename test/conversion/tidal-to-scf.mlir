@@ -241,6 +241,35 @@ func.func @while_stacked(%x: tensor<3xf32>, %p: tensor<i1>) -> tensor<?x3xf32> {
 
 // -----
 
+// A carry of dynamic shape (Dynamo's symbolic sizes) keeps its shape through the loop: the rows'
+// dynamic dims are the initial carry's, the doubled buffer's its own.
+// CHECK-LABEL: func.func @while_stacked_dynamic
+// CHECK: %[[D:.*]] = tensor.dim %arg0, %{{.*}} : tensor<?x3xf32>
+// CHECK: tensor.empty(%{{.*}}, %[[D]]) : tensor<?x?x3xf32>
+// CHECK: scf.while
+// CHECK: } do {
+// CHECK:   %[[CAP:.*]] = tensor.dim %[[BUF:.*]], %{{.*}} : tensor<?x?x3xf32>
+// CHECK:   scf.if
+// CHECK:     %[[TWICE:.*]] = arith.muli %[[CAP]], %{{.*}} : index
+// CHECK:     %[[ROW:.*]] = tensor.dim %[[BUF]], %{{.*}} : tensor<?x?x3xf32>
+// CHECK:     tensor.empty(%[[TWICE]], %[[ROW]]) : tensor<?x?x3xf32>
+// CHECK: } else {
+// CHECK:   %[[D1:.*]] = tensor.dim %arg0, %{{.*}} : tensor<?x3xf32>
+// CHECK:   tensor.empty(%{{.*}}, %[[D1]]) : tensor<?x?x3xf32>
+func.func @while_stacked_dynamic(%x: tensor<?x3xf32>, %p: tensor<i1>) -> tensor<?x?x3xf32> {
+  %r = "tidal.while"(%x, %p) ({
+  ^bb0(%a: tensor<?x3xf32>, %q: tensor<i1>):
+    "tidal.yield"(%q) : (tensor<i1>) -> ()
+  }, {
+  ^bb0(%a: tensor<?x3xf32>, %q: tensor<i1>):
+    %n = arith.negf %a : tensor<?x3xf32>
+    "tidal.yield"(%n) : (tensor<?x3xf32>) -> ()
+  }) {num_carries = 1 : i64, stack_outputs = true} : (tensor<?x3xf32>, tensor<i1>) -> tensor<?x?x3xf32>
+  return %r : tensor<?x?x3xf32>
+}
+
+// -----
+
 // Nested ops lower inside out; the result has no tidal ops left.
 // CHECK-LABEL: func.func @nested
 // CHECK: scf.while

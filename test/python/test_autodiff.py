@@ -43,14 +43,14 @@ def _grads(fn, args, leaves, seed=0):
     return out, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves)]
 
 
-def _check_gradients(model, args, rtol=1e-4, atol=1e-4):
+def _check_gradients(model, args, rtol=1e-4, atol=1e-4, compiled=None):
     """tidal's gradients against eager autograd of the same program with its scans and
     while_loops run as Python loops (loop_reference.py says why not PyTorch's HOP autograd)."""
     args = _requiring_grad(args)
     params = [p for p in model.parameters()] if isinstance(model, torch.nn.Module) else []
     leaves = [t for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
     leaves += params
-    compiled = torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+    compiled = compiled or torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
     out, got = _grads(compiled, args, leaves)
     with python_loops(model):
         expected_out, expected = _grads(model, args, leaves)
@@ -410,13 +410,15 @@ def test_scan_checkpoint_option_is_checked(value):
     assert scan_checkpoint_option({}) == 1
 
 
-def test_while_loop_with_a_python_int_carry_gets_an_actionable_error():
-    def counted(x, w):
-        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, torch.tanh(x @ w)), (0, x))[1]
+def python_int_counter(x, w):
+    return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, torch.tanh(x @ w)), (0, x))
 
-    x, w = torch.randn(2, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    with pytest.raises(Exception, match=r"carries are not all tensors \(int, .*pass Python numbers as torch.tensor"):
-        torch.compile(counted, backend="tidal", options=STRICT)(x, w)
+
+def test_while_loop_with_a_python_int_carry_differentiates():
+    """The counter is a 0-d tensor inside the recorded loop and a Python int at the caller. Was:
+    refused ("carries are not all tensors"; PyTorch's own rule fails on it too)."""
+    gen = torch.Generator().manual_seed(2)
+    _check_gradients(python_int_counter, (torch.randn(2, 3, generator=gen), torch.randn(3, 3, generator=gen) * 0.5))
 
 
 def test_a_rule_refusing_a_graph_gives_one_fallback_warning_and_eager_gradients(monkeypatch):
@@ -584,3 +586,36 @@ def test_cond_on_a_one_element_predicate_differentiates(pred):
     expected_out, expected = _grads(lambda *args: in_python, (), [x, w])
     torch.testing.assert_close(out, expected_out)
     torch.testing.assert_close(got, expected)
+
+
+# -- symbolic sizes reaching the rules (torch.compile(dynamic=True)) ---------------------------------
+# Dynamo hands the HOPs sizes: SymInt carries, SymInts lifted into bodies as operands, SymBool
+# predicates. One program per forward and backward must serve every size (no recompilation).
+
+
+def count_to_rows(x):
+    """A Python-int counter bounded by a size: the bound enters cond as a SymInt operand."""
+    return while_loop(lambda i, x: i < x.shape[0] - 3, lambda i, x: (i + 1, torch.sin(x) * 1.5), (0, x))
+
+
+def count_rows_down(x):
+    """A size as a carry, counted down; the body reads another size."""
+    return while_loop(lambda n, x: n > 3, lambda n, x: (n - 1, torch.cos(x) * x.shape[1] * 0.4), (x.shape[0], x))
+
+
+def tensor_counter_to_rows(x):
+    return while_loop(
+        lambda i, x: i < x.shape[0] - 3, lambda i, x: (i + 1, torch.tanh(x) + x), (torch.zeros((), dtype=torch.int64), x)
+    )
+
+
+@pytest.mark.parametrize("fn", [count_to_rows, count_rows_down, tensor_counter_to_rows], ids=lambda f: f.__name__)
+def test_while_loop_over_sizes_differentiates_for_every_size(fn, compiled_graphs):
+    """Against the same loop in Python, 3 rows running it zero times. Was: the rule refused the
+    int/SymInt carries, and called zeros_like on a size among the consts (the cotangent
+    accumulators); a stacked carry of dynamic shape could not be allocated."""
+    compiled = torch.compile(fn, backend="tidal", dynamic=True, fullgraph=True, options=STRICT)
+    gen = torch.Generator().manual_seed(11)
+    for rows in (3, 5, 6):
+        _check_gradients(fn, (torch.randn(rows, 4, generator=gen) * 0.5,), compiled=compiled)
+    assert len(compiled_graphs) == 2  # one forward, one backward: every size symbolic

@@ -7,6 +7,10 @@ Those rows and the counters are the only residuals. Backward: a loop over the ro
 to the first whose body is the loop body's VJP (PyTorch's formulas), passing the cotangent through
 unchanged on the single placeholder row a loop that never ran leaves; the consts' cotangents add
 up. (A loop indexing the rows, not a scan over them: their count is an unbacked size.)
+
+Under symbolic sizes a loop carries and reads sizes: Python-int and SymInt carries (a counter, a
+size counted down) are recorded as 0-d tensors, and the sizes Dynamo lifts into cond and body as
+consts (SymInts) get no cotangent.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from tidal.autodiff.common import (
     trace_body,
     vjp_fn,
 )
-from tidal.diagnostics import TidalUnsupported
 
 
 def _row_count_stays_inside(operands):
@@ -86,15 +89,20 @@ class WhileVJP(torch.autograd.Function):
         (steps,), entering, consts = split_into_chunks(saved_values(ctx), [1, n_c, n_w])
         g_final = cotangents(grads, ctx.metas)
         body_vjp = vjp_fn(ctx.body, n_c + n_w, [m.dtype for m in ctx.metas])
+        # only float consts accumulate a cotangent: the others include sizes Dynamo lifted out of
+        # the body (SymInts, which have no zeros to start from and get None from the VJP)
+        accumulates = [differentiable(w) for w in consts]
+        n_acc = sum(accumulates)
 
         def more_rows(k, *args):
             return k >= 0
 
         def adjoint_step(k, *args):
-            g_c, g_w, (steps_, *rows), w = split_into_chunks(list(args), [n_c, n_w, 1 + n_c, n_w])
+            g_c, g_w, (steps_, *rows), w = split_into_chunks(list(args), [n_c, n_acc, 1 + n_c, n_w])
             c_k = [_row(r, k) for r in rows]
             differentiate_wrt(*c_k, *w)
             g_c_prev, g_w_k = split_into_chunks(list(body_vjp(*c_k, *w, *g_c)), [n_c, n_w])
+            g_w_k = [d for d, a in zip(g_w_k, accumulates) if a]
             ran = _row(steps_, k) > 0  # False only on the placeholder row of a loop that never ran
             return (
                 k - 1,
@@ -102,24 +110,52 @@ class WhileVJP(torch.autograd.Function):
                 *[torch.where(ran, acc + d, acc) for acc, d in zip(g_w, g_w_k)],
             )
 
-        carries = [_last_row(steps), *g_final, *[torch.zeros_like(w) for w in consts]]
+        carries = [_last_row(steps), *g_final, *[torch.zeros_like(w) for w, a in zip(consts, accumulates) if a]]
         residuals = [steps, *entering, *consts]
         args = [*carries, *residuals]
         cond = trace_body(more_rows, args, [False] * len(args), ctx.keys)
         body = trace_body(adjoint_step, args, [False] * len(args), ctx.keys)
         _, *outs = while_loop_op(cond, body, tuple(carries), tuple(residuals))
-        g_init, g_w = split_into_chunks(outs, [n_c, n_w])
-        operands = [*entering, *consts]
-        return None, None, None, *[g if differentiable(o) else None for g, o in zip([*g_init, *g_w], operands)]
+        g_init, g_w = split_into_chunks(outs, [n_c, n_acc])
+        g_w = iter(g_w)
+        return None, None, None, *[g if differentiable(o) else None for g, o in zip(g_init, entering)], *[
+            next(g_w) if a else None for a in accumulates
+        ]
+
+
+def _scalar_dtype(c):
+    return torch.bool if isinstance(c, (bool, torch.SymBool)) else torch.int64
+
+
+def _as_tensor(value, dtype):
+    return value if isinstance(value, torch.Tensor) else torch.scalar_tensor(value, dtype=dtype)
+
+
+def _with_tensor_carries(cond_fn, body_fn, carried_inputs):
+    """cond and body taking (and the body returning) 0-d tensors where the carries are Python
+    ints or SymInts (a counter, a size), as tidal's importer carries them: the loop records
+    every carry in a tensor buffer. The functions still see Python scalars (`item`)."""
+    scalar = [not isinstance(c, torch.Tensor) for c in carried_inputs]
+    if not any(scalar):
+        return cond_fn, body_fn, list(carried_inputs), scalar
+    dtypes = [_scalar_dtype(c) for c in carried_inputs]
+    n = len(carried_inputs)
+
+    def as_given(args):
+        return [a.item() if s else a for a, s in zip(args[:n], scalar)] + list(args[n:])
+
+    def cond(*args):
+        return _as_tensor(cond_fn(*as_given(args)), torch.bool)
+
+    def body(*args):
+        return tuple(_as_tensor(v, d) if s else v for v, s, d in zip(flat(body_fn(*as_given(args))), scalar, dtypes))
+
+    return cond, body, [_as_tensor(c, d) if s else c for c, s, d in zip(carried_inputs, scalar, dtypes)], scalar
 
 
 @AUTODIFF.rule("tidal.while")
 def while_vjp(cond_fn, body_fn, carried_inputs, additional_inputs):
     """Entering carries pushed onto growing buffers; the adjoint is a reverse scan of the body's VJP."""
-    if not all(isinstance(c, torch.Tensor) for c in carried_inputs):
-        kinds = ", ".join(type(c).__name__ for c in carried_inputs)
-        raise TidalUnsupported(
-            f"differentiating a while_loop whose carries are not all tensors ({kinds}): tidal's "
-            f"reverse mode records every carry; pass Python numbers as torch.tensor(...)"
-        )
-    return WhileVJP.apply(cond_fn, body_fn, len(carried_inputs), *carried_inputs, *additional_inputs)
+    cond_fn, body_fn, carries, scalar = _with_tensor_carries(cond_fn, body_fn, carried_inputs)
+    finals = WhileVJP.apply(cond_fn, body_fn, len(carries), *carries, *additional_inputs)
+    return tuple(f.item() if s else f for f, s in zip(finals, scalar))

@@ -76,7 +76,7 @@ def lower_while_to_scf(op):
         registers = [_Registers(t) if not stacked else _Registers(None) for t in carry_types]
         buffers = []
         if stacked:
-            buffers = [_empty_rows(r.type, b.index(INITIAL_ROWS), op) for r in op.results]
+            buffers = [_empty_rows(r.type, b.index(INITIAL_ROWS), op, c) for r, c in zip(op.results, carries)]
             buffers.append(b.index(0))
         init = [*[r.into_registers(c) if r.kind else c for r, c in zip(registers, carries)], *buffers]
         types = [v.type for v in init]
@@ -112,8 +112,11 @@ def lower_while_to_scf(op):
     replace_op(op, results[: len(op.results)])
 
 
-def _empty_rows(stacked_type, rows, op):
-    return b.empty_like_stacked(stacked_type, rows, 0, f"'{op.name}' stacked result", op.location)
+def _empty_rows(stacked_type, rows, op, row_like):
+    """`rows` rows shaped like `row_like`: a carry keeps its shape through the loop, so a dynamic
+    dim of a row (Dynamo's symbolic sizes) is the initial carry's."""
+    return b.empty_like_stacked(stacked_type, rows, 0, f"'{op.name}' stacked result", op.location,
+                                lambda k: b.dim_size(row_like, k - 1))
 
 
 def _with_room(buf, count, op):
@@ -122,7 +125,8 @@ def _with_room(buf, count, op):
     full = arith.CmpIOp(arith.CmpIPredicate.eq, count, capacity).result
     grow = scf.IfOp(full, [buf.type], has_else=True)
     with ir.InsertionPoint(grow.then_block):
-        bigger = _empty_rows(buf.type, arith.MulIOp(capacity, b.index(2)).result, op)
+        bigger = b.empty_like_stacked(buf.type, arith.MulIOp(capacity, b.index(2)).result, 0, "", op.location,
+                                      lambda k: b.dim_size(buf, k))
         scf.YieldOp([b.insert_rows(buf, bigger, capacity)])
     with ir.InsertionPoint(grow.else_block):
         scf.YieldOp([buf])
@@ -138,7 +142,7 @@ def _stacked_results(op, carries, carry_types, bufs, count):
     with ir.InsertionPoint(pick.else_block):
         one = b.index(1)
         scf.YieldOp([
-            b.insert_step(c, _empty_rows(r.type, one, op), 0, b.index(0))
+            b.insert_step(c, _empty_rows(r.type, one, op, c), 0, b.index(0))
             for c, r in zip(carries, op.results)
         ])
     return list(pick.results)
