@@ -619,3 +619,42 @@ def test_while_loop_over_sizes_differentiates_for_every_size(fn, compiled_graphs
     for rows in (3, 5, 6):
         _check_gradients(fn, (torch.randn(rows, 4, generator=gen) * 0.5,), compiled=compiled)
     assert len(compiled_graphs) == 2  # one forward, one backward: every size symbolic
+
+
+def cond_on_rows(x, w):
+    return torch.cond(x.shape[0] < 5, lambda x, w: torch.sin(x @ w), lambda x, w: x.exp() * w.sum(), (x, w))
+
+
+def cond_on_rows_in_python(x, w):
+    return torch.sin(x @ w) if x.shape[0] < 5 else x.exp() * w.sum()
+
+
+def nested_cond_on_rows(x, w):
+    def few(x, w):
+        return torch.cond(x.shape[0] < 5, lambda x, w: torch.tanh(x @ w) * x.shape[0], lambda x, w: x @ w, (x, w))
+
+    return torch.cond(x.shape[0] < 5, few, lambda x, w: x.cos() @ w, (x, w))
+
+
+def nested_cond_on_rows_in_python(x, w):
+    return torch.tanh(x @ w) * x.shape[0] if x.shape[0] < 5 else x.cos() @ w
+
+
+@pytest.mark.parametrize(
+    "fn, in_python", [(cond_on_rows, cond_on_rows_in_python), (nested_cond_on_rows, nested_cond_on_rows_in_python)],
+    ids=["cond", "nested"],
+)
+def test_cond_on_a_shape_differentiates_for_every_size(fn, in_python, compiled_graphs):
+    """A SymBool predicate and SymInt operands (sizes the branches read). Was: the predicate
+    could not be saved for the backward (save_values_for_backward takes tensors and ints), and
+    the sizes' cotangents (None) were made contiguous."""
+    compiled = torch.compile(fn, backend="tidal", dynamic=True, fullgraph=True, options=STRICT)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randn(3, 3, generator=gen).requires_grad_()
+    for rows in (2, 7, 4, 9):  # never 3, the columns: duck sizing would make them one symbol
+        x = torch.randn(rows, 3, generator=gen).requires_grad_()
+        out, got = _grads(compiled, (x, w), [x, w])
+        expected_out, expected = _grads(in_python, (x, w), [x, w])
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(got, expected)
+    assert len(compiled_graphs) == 2

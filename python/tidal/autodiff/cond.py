@@ -33,14 +33,21 @@ class CondVJP(torch.autograd.Function):
         ctx.branches, ctx.n = (true_fn, false_fn), len(operands)
         ctx.metas = [Meta(o) for o in outs]
         ctx.keys = dispatch_keys()
-        save_values_for_backward(ctx, (pred, *operands))
+        # a shape test (x.shape[0] < 10, a SymBool) is no tensor to save: it stays on ctx, as the
+        # sizes among the operands stay in the saved values (save_values_for_backward takes SymInts)
+        ctx.pred = None if isinstance(pred, torch.Tensor) else pred
+        save_values_for_backward(ctx, (pred, *operands) if ctx.pred is None else operands)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):
-        pred, *operands = saved_values(ctx)
+        saved = saved_values(ctx)
+        pred, operands = (saved[0], saved[1:]) if ctx.pred is None else (ctx.pred, saved)
         grads = cotangents(grads, ctx.metas)
         dtypes = [m.dtype for m in ctx.metas]
+        # the adjoint cond returns the float operands' cotangents only: a size Dynamo lifted into
+        # the branches (a SymInt operand) has none, and a cond's results are tensors
+        wanted = [differentiable(o) for o in operands]
 
         def adjoint(branch):
             branch_vjp = vjp_fn(branch, ctx.n, dtypes)
@@ -48,13 +55,13 @@ class CondVJP(torch.autograd.Function):
             def adjoint_branch(*args):
                 primals = args[: ctx.n]
                 differentiate_wrt(*primals)
-                return tuple(g.contiguous() for g in branch_vjp(*args))
+                return tuple(g.contiguous() for g, w in zip(branch_vjp(*args), wanted) if w)
 
             return trace_body(adjoint_branch, [*operands, *grads], [False] * (ctx.n + len(grads)), ctx.keys)
 
         true_adjoint, false_adjoint = (adjoint(b) for b in ctx.branches)
-        g_operands = flat(cond_op(pred, true_adjoint, false_adjoint, [*operands, *grads]))
-        return None, None, None, *[g if differentiable(o) else None for g, o in zip(g_operands, operands)]
+        g_operands = iter(flat(cond_op(pred, true_adjoint, false_adjoint, [*operands, *grads])))
+        return None, None, None, *[next(g_operands) if w else None for w in wanted]
 
 
 @AUTODIFF.rule("tidal.cond")

@@ -55,6 +55,27 @@ def _item_after(graph: torch.fx.Graph, node: torch.fx.Node, value) -> None:
     node.replace_all_uses_with(item, delete_user_cb=lambda user: user is not item)
 
 
+def _drop_round_trips(graph: torch.fx.Graph) -> None:
+    """`scalar_tensor(item(t))` of a 0-d `t` is `t`. A shape predicate that aot_autograd saves for
+    the backward (a cond's SymBool) enters that program as a 0-d bool tensor and goes straight to
+    the adjoint cond: without this the program would hold `item` of a bool tensor, which
+    torch-mlir does not import (its `aten.item` yields numbers only)."""
+    for node in list(graph.nodes):
+        if node.target is not aten.scalar_tensor.default:
+            continue
+        item = node.args[0]
+        if not (isinstance(item, torch.fx.Node) and item.target is aten.item.default):
+            continue
+        source, made = item.args[0].meta.get("val"), node.meta.get("val")
+        if not (isinstance(source, torch.Tensor) and source.dim() == 0 and isinstance(made, torch.Tensor)
+                and (source.dtype, source.device) == (made.dtype, made.device)):
+            continue
+        node.replace_all_uses_with(item.args[0])
+        graph.erase_node(node)
+        if not item.users and _dtype(item.meta.get("val")) is torch.bool:
+            graph.erase_node(item)
+
+
 def _tensorize_body(gm: torch.fx.GraphModule, fake_mode) -> None:
     graph = gm.graph
     for ph in [n for n in graph.nodes if n.op == "placeholder"]:
@@ -70,6 +91,7 @@ def _tensorize_body(gm: torch.fx.GraphModule, fake_mode) -> None:
             out.args = (type(results)(_to_tensor(graph, r, fake_mode) if _is_scalar(_val(r)) else r for r in results),)
         elif _is_scalar(_val(results)):  # a while_loop cond returning a SymBool
             out.args = (_to_tensor(graph, results, fake_mode),)
+    _drop_round_trips(graph)
     gm.recompile()
 
 
@@ -168,6 +190,7 @@ def tensorize_scalars(gm: torch.fx.GraphModule, fake_mode) -> BoundaryPlan:
             out.args = (
                 type(results)(_to_tensor(graph, r, fake_mode) if _is_scalar(_val(r)) else r for r in results if r is not None),
             )
+    _drop_round_trips(graph)
     graph.lint()
     gm.recompile()
     return BoundaryPlan(inputs, outputs)
