@@ -173,3 +173,20 @@ func.func @two_ranks_one_dim(%x: tensor<64x32x32xf32>, %y: tensor<2x32x16x32xf32
   } -> tensor<2x16x32x32xf32>
   return %r0, %r1 : tensor<64x32x32xf32>, tensor<2x16x32x32xf32>
 }
+
+// Dynamic dims (Dynamo's symbolic sizes): the generic's init takes them from the transposed input.
+// GEN-LABEL: func.func @permute_dynamic_then_add
+// GEN-NOT: linalg.transpose
+// GEN-DAG: %[[D0:.*]] = tensor.dim %arg0, %c0
+// GEN-DAG: %[[D1:.*]] = tensor.dim %arg0, %c1
+// GEN: tensor.empty(%[[D1]], %[[D0]]) : tensor<?x?xf32>
+func.func @permute_dynamic_then_add(%x: tensor<?x?xf32>, %e: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %t = linalg.transpose ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) permutation = [1, 0]
+  %one = arith.constant 1.0 : f32
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%t : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %one : f32
+    linalg.yield %s : f32
+  } -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}

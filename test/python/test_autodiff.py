@@ -658,3 +658,53 @@ def test_cond_on_a_shape_differentiates_for_every_size(fn, in_python, compiled_g
         torch.testing.assert_close(out, expected_out)
         torch.testing.assert_close(got, expected)
     assert len(compiled_graphs) == 2
+
+
+def linear_recurrence_over_time(a, b):
+    """h_t = a_t h_{t-1} + b_t along dim 1 of [B, T]."""
+    return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (a, b), dim=1, combine_mode="generic")[1]
+
+
+def linear_recurrence_in_python(a, b):
+    h, hs = b[:, 0], [b[:, 0]]
+    for t in range(1, b.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        hs.append(h)
+    return torch.stack(hs, 1)
+
+
+def products_per_batch(x):
+    """x ∘ y = x + y + x·y/B (associative: 1 + (x ∘ y)/B = (1 + x/B)(1 + y/B)): the combine
+    reads a size, which enters it as a SymInt operand."""
+    return associative_scan(lambda l, r: l + r + l * r / l.shape[0], x, dim=1, combine_mode="generic")
+
+
+def products_per_batch_in_python(x):
+    y, ys = x[:, 0], [x[:, 0]]
+    for t in range(1, x.shape[1]):
+        y = y + x[:, t] + y * x[:, t] / x.shape[0]
+        ys.append(y)
+    return torch.stack(ys, 1)
+
+
+@pytest.mark.parametrize(
+    "fn, in_python, make",
+    [
+        (linear_recurrence_over_time, linear_recurrence_in_python, lambda b, t, g: (torch.rand(b, t, generator=g) + 0.5, torch.randn(b, t, generator=g))),
+        (products_per_batch, products_per_batch_in_python, lambda b, t, g: (torch.randn(b, t, generator=g) * 0.3,)),
+    ],
+    ids=["linear_recurrence", "combine_reads_a_size"],
+)
+def test_associative_scan_differentiates_for_every_size(fn, in_python, make, compiled_graphs):
+    """Every dim symbolic, so the combine's operands (slices [B]) are too. Was: "unhashable type:
+    non-nested SymInt" (the elementwise test hashed the combine's shapes), then zeros_like of a
+    size among the consts, then an empty tensor without its sizes (tidal-transposes-to-generics)."""
+    compiled = torch.compile(fn, backend="tidal", dynamic=True, fullgraph=True, options=STRICT)
+    gen = torch.Generator().manual_seed(9)
+    for batch, length in ((3, 5), (4, 8), (2, 11)):
+        args = [t.requires_grad_() for t in make(batch, length, gen)]
+        out, got = _grads(compiled, args, args)
+        expected_out, expected = _grads(in_python, args, args)
+        torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert len(compiled_graphs) == 2

@@ -50,8 +50,8 @@ def _is_elementwise(graph: torch.fx.GraphModule, k: int) -> bool:
     results = list(output.args[0])
     if len(results) != k:
         return False
-    shapes = {tuple(n.meta["val"].shape) for n in [*placeholders[: 2 * k], *results] if isinstance(n, torch.fx.Node)}
-    if len(shapes) != 1:
+    shapes = [n.meta["val"].shape for n in [*placeholders[: 2 * k], *results] if isinstance(n, torch.fx.Node)]
+    if not all(_same_shape(shape, shapes[0]) for shape in shapes):
         return False
     for node in graph.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem:
@@ -60,6 +60,14 @@ def _is_elementwise(graph: torch.fx.GraphModule, k: int) -> bool:
         elif node.op not in ("placeholder", "output", "get_attr", "call_function"):
             return False
     return True
+
+
+def _same_shape(a, b) -> bool:
+    """Equal shapes, symbolic sizes included (Dynamo's dynamic dims), without guarding on them:
+    sizes not known to be equal count as different (the sequential adjoint holds for any)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
 
 
 def _lhs_dependencies(graph: torch.fx.GraphModule, k: int) -> set[tuple[int, int]]:
@@ -106,8 +114,10 @@ def _affine_compose(live, entries, *args):
 
 def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     """(x̄, w̄) through the reverse associative scan over affine maps, or None when `combine`
-    is not elementwise. `g_ys` holds None where a result's cotangent is zero."""
+    is not elementwise. `g_ys` holds None where a result's cotangent is zero; w̄ holds the float
+    consts' cotangents only."""
     k, n_w = len(ys), len(consts)
+    w_grads = [differentiable(w) for w in consts]
     if not all(differentiable(t) for t in [*ys, *xs]):
         return None
     graph = trace_body(combine, [*ys, *xs, *consts], [True] * (2 * k) + [False] * n_w, keys)
@@ -115,7 +125,7 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
         return None
     live, entries = _adjoint_structure(_lhs_dependencies(graph, k), k, [i for i, g in enumerate(g_ys) if g is not None])
     if not live:
-        return [torch.zeros_like(x) for x in xs], [torch.zeros_like(w) for w in consts]
+        return [torch.zeros_like(x) for x in xs], [torch.zeros_like(w) for w, g in zip(consts, w_grads) if g]
 
     def vjp_of(results):
         """The VJP of the combine's `results` alone: the others' cotangents are zero, and
@@ -132,7 +142,8 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
     def rhs_and_consts_vjp(*args):
         at, g = args[: 2 * k + n_w], args[2 * k + n_w :]
         differentiate_wrt(*at)
-        return list(vjp_of(live)(*at, *g))[k:]
+        g_rhs, g_w = split_into_chunks(list(vjp_of(live)(*at, *g))[k:], [k, n_w])
+        return [*g_rhs, *[d for d, want in zip(g_w, w_grads) if want]]
 
     def whole(fn, args):
         """fn on whole tensors, traced with grad mode on (the VJPs become aten ops)."""
@@ -147,7 +158,7 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
         lambda *args: _affine_compose(live, entries, *args), [*leaves, *leaves], [True] * (2 * len(leaves)), keys
     )
     g = reversed_steps(list(associative_scan_op(compose, leaves, ()))[len(entries) :])
-    g_rhs, g_w = split_into_chunks(whole(rhs_and_consts_vjp, [*at, *[gt[1:] for gt in g]]), [k, n_w])
+    g_rhs, g_w = split_into_chunks(whole(rhs_and_consts_vjp, [*at, *[gt[1:] for gt in g]]), [k, sum(w_grads)])
     # x̄_0 = G_0 (zero for a result whose cotangent is zero), x̄_t = J_rhsᵀ G_t
     g_first = dict(zip(live, (gt[:1] for gt in g)))
     g_xs = [torch.cat([g_first[i] if i in g_first else torch.zeros_like(r[:1]), r], 0) for i, r in enumerate(g_rhs)]
@@ -155,22 +166,25 @@ def _elementwise_adjoint(combine, ys, xs, consts, g_ys, keys):
 
 
 def _sequential_adjoint(combine, ys, xs, consts, g_ys, keys):
-    """(x̄, w̄) through a reverse sequential scan of the combine's VJP."""
+    """(x̄, w̄) through a reverse sequential scan of the combine's VJP (w̄: float consts only)."""
     k, n_w = len(ys), len(consts)
     combine_vjp = vjp_fn(combine, 2 * k + n_w, [y.dtype for y in ys])
+    w_grads = [differentiable(w) for w in consts]
+    n_g = sum(w_grads)
 
     def adjoint_step(*args):
-        from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_w, k, k, k, n_w])
+        from_later, g_w, y_prev, x_t, g_y, w = split_into_chunks(args, [k, n_g, k, k, k, n_w])
         differentiate_wrt(*y_prev, *x_t, *w)
         total = [a + b for a, b in zip(g_y, from_later)]
         g_lhs, g_rhs, g_w_t = split_into_chunks(list(combine_vjp(*y_prev, *x_t, *w, *total)), [k, k, n_w])
+        g_w_t = [d for d, want in zip(g_w_t, w_grads) if want]
         return (*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)], *g_rhs)
 
-    init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w in consts]]
+    init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w, want in zip(consts, w_grads) if want]]
     stacked = [*reversed_steps([y[:-1] for y in ys]), *reversed_steps([x[1:] for x in xs]), *reversed_steps([g[1:] for g in g_ys])]
     adjoint = trace_body(adjoint_step, [*init, *stacked, *consts], [False] * len(init) + [True] * len(stacked) + [False] * n_w, keys)
     outs = scan_op(adjoint, init, stacked, list(consts))
-    from_later, g_w, g_rest = split_into_chunks(list(outs), [k, n_w, k])
+    from_later, g_w, g_rest = split_into_chunks(list(outs), [k, n_g, k])
     g_xs = [torch.cat([(g[0] + c).unsqueeze(0), torch.flip(r, (0,))], 0) for g, c, r in zip(g_ys, from_later, g_rest)]
     return g_xs, g_w
 
@@ -195,8 +209,9 @@ class AssociativeScanVJP(torch.autograd.Function):
         g_xs, g_w = _elementwise_adjoint(ctx.combine, ys, xs, consts, list(grads), ctx.keys) or _sequential_adjoint(
             ctx.combine, ys, xs, consts, cotangents(grads, ctx.metas), ctx.keys
         )
-        operands = [*xs, *consts]
-        return None, None, *[g if differentiable(o) else None for g, o in zip([*g_xs, *g_w], operands)]
+        g_w = iter(g_w)
+        g_consts = [next(g_w) if differentiable(w) else None for w in consts]
+        return None, None, *[g if differentiable(x) else None for g, x in zip(g_xs, xs)], *g_consts
 
 
 @AUTODIFF.rule("tidal.associative_scan")

@@ -94,8 +94,10 @@ def permuted(v: ir.Value, perm: list[int]) -> ir.Value:
     """`v` with its dims permuted (result dim i is v's dim perm[i]), as a generic fusion can fold."""
     from torch_mlir.dialects import linalg, tensor
 
+    from tidal.conversion.scf_builders import dim_size
+
     t = ir.RankedTensorType(v.type)
-    out = tensor.EmptyOp([t.shape[d] for d in perm], t.element_type).result
+    out = tensor.EmptyOp([dim_size(v, d) if t.is_dynamic_dim(d) else t.shape[d] for d in perm], t.element_type).result
     rank = t.rank
     read = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(perm.index(d)) for d in range(rank)])
     identity = ir.AffineMap.get_identity(rank)
