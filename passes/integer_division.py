@@ -13,8 +13,7 @@ minimum integer by -1) is undefined in LLVM and traps (SIGFPE) on x86. Two passe
   and, unless the divisor is a nonzero constant, a check: when a divisor is zero, the native code
   calls the same ATen operator on (1, 0), which raises eager's own error; it reaches the caller
   as every error in an ATen call does (`tidal.runtime.errors`), after the compiled function
-  returns. The call is marked `tidal.zero_division_check`: eager CUDA does not check, and the GPU
-  backend drops it (`tidal-drop-zero-division-checks`).
+  returns (`tidal.passes.error_checks`; eager CUDA does not check, and the GPU backend drops it).
 - `tidal-guard-integer-division` (linalg level, after torch-mlir's lowering): every integer
   `arith` division divides by 1 where the divisor is 0 or -1, and a quotient by -1 is the
   wrapping negation: min // -1 == min and min % -1 == 0 as eager computes them (eager's trunc
@@ -26,12 +25,11 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from tidal.dialects.aten_call import NAME as ATEN_CALL
 from tidal.dialects.aten_call import build_aten_call
 from tidal.dialects.types import TensorSpec, tensor_spec
+from tidal.passes.error_checks import raise_if
 from tidal.passes.registry import ops_named, tidal_pass
 
-CHECK = "tidal.zero_division_check"  # unit attribute of the ATen call that raises eager's error
 
 # op -> its rounding (None: the op's `rounding_mode` operand says), for integer results only
 _DIVISIONS = {
@@ -126,11 +124,8 @@ def _raise_if_zero(b: ir.Value, mode: str) -> None:
     zero = _create("torch.aten.eq.Scalar", TensorSpec(spec.shape, "i1", torch=True).to_type(), [b, _int(0)])
     if spec.rank:
         zero = _create("torch.aten.any", _torch_type("!torch.vtensor<[],i1>"), [zero])
-    flag = _create("torch.aten.Bool.Tensor", _torch_type("!torch.bool"), [zero])
-    guard = ir.Operation.create("torch.prim.If", results=[], operands=[flag], regions=2)
-    for region in guard.regions:
-        region.blocks.append()
-    with ir.InsertionPoint(guard.regions[0].blocks[0]):
+
+    def call_on_one_and_zero():
         scalar = _torch_type("!torch.vtensor<[],si64>")
         one, nought = (_create("torch.prim.NumToTensor.Scalar", scalar, [_int(v)]) for v in (1, 0))
         callee, overload, rounding = _RAISING[mode]
@@ -138,11 +133,9 @@ def _raise_if_zero(b: ir.Value, mode: str) -> None:
         args = [ir.IntegerAttr.get(index, 0), ir.IntegerAttr.get(index, 1)]
         if rounding is not None:
             args.append(ir.StringAttr.get(rounding))
-        call = build_aten_call(callee, overload, [one, nought], args, [scalar])
-        call.attributes[CHECK] = ir.UnitAttr.get()
-        ir.Operation.create("torch.prim.If.yield", results=[], operands=[])
-    with ir.InsertionPoint(guard.regions[1].blocks[0]):
-        ir.Operation.create("torch.prim.If.yield", results=[], operands=[])
+        return build_aten_call(callee, overload, [one, nought], args, [scalar])
+
+    raise_if(_create("torch.aten.Bool.Tensor", _torch_type("!torch.bool"), [zero]), call_on_one_and_zero)
 
 
 def _rewrite(op: ir.Operation, mode: str) -> ir.Value:
@@ -231,10 +224,3 @@ def guard_integer_division(module_op):
             negated = arith.SubIOp(zero, a).result
             quotient = arith.SelectOp(minus_one, negated, op.results[0])
         op.results[0].replace_all_uses_except(quotient.result, quotient.operation)
-
-
-@tidal_pass("tidal-drop-zero-division-checks", "Drop the zero-divisor checks of integer division (eager CUDA does not check)")
-def drop_zero_division_checks(module_op):
-    for op in ops_named(module_op, (ATEN_CALL,)):
-        if CHECK in op.attributes:
-            op.erase()

@@ -1,5 +1,5 @@
 // RUN: tidal-opt %s --split-input-file --pass-pipeline='builtin.module(tidal-integer-division)' | filecheck %s
-// RUN: tidal-opt %s --split-input-file --pass-pipeline='builtin.module(tidal-integer-division, tidal-drop-zero-division-checks)' | filecheck %s --check-prefix=GPU
+// RUN: tidal-opt %s --split-input-file --pass-pipeline='builtin.module(tidal-integer-division, tidal-drop-error-checks)' | filecheck %s --check-prefix=GPU
 // RUN: tidal-opt %s --split-input-file --pass-pipeline='builtin.module(tidal-guard-integer-division)' | filecheck %s --check-prefix=GUARD
 // Integer remainder becomes one truncating division (the only one) and Python's sign fix-up; a
 // divisor that may be zero gets a check calling the eager operator, which raises eager's error.
@@ -10,7 +10,7 @@
 // CHECK: %[[ANY:.*]] = torch.aten.any %[[ZERO]]
 // CHECK: %[[FLAG:.*]] = torch.aten.Bool.Tensor %[[ANY]]
 // CHECK: torch.prim.If %[[FLAG]]
-// CHECK: "tidal.aten_call"({{.*}}) {args = [0 : index, 1 : index], callee = "aten::remainder", overload = "Tensor", tidal.zero_division_check}
+// CHECK: "tidal.aten_call"({{.*}}) {args = [0 : index, 1 : index], callee = "aten::remainder", overload = "Tensor", tidal.error_check}
 // CHECK: torch.aten.div.Tensor_mode %arg0, %arg1
 // CHECK: torch.aten.bitwise_xor.Tensor
 // CHECK: torch.aten.where.self

@@ -60,4 +60,15 @@ def raise_pending() -> None:
         _pending.error = None
         _unraised -= 1
         callee, message = error
-        raise RuntimeError(f"{callee} failed in compiled code: {message}")
+        raise _python_error(callee, message)(f"{callee} failed in compiled code: {message}")
+
+
+# ATen reports an index out of range with TORCH_CHECK_INDEX (a c10::IndexError, Python's
+# IndexError) in these operators; the C shim passes on the message only, so the kind is told here.
+_INDEX_ERRORS = {"aten::index", "aten::index_select", "aten::embedding", "aten::index_put", "aten::index_put_"}
+
+
+def _python_error(callee: str, message: str) -> type[Exception]:
+    if callee in _INDEX_ERRORS and ("out of range" in message or "out of bounds" in message):
+        return IndexError
+    return RuntimeError
