@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import torch
+
 _state = threading.local()
 
 
@@ -17,9 +19,32 @@ def tracing_for_tidal(scan_checkpoint: int = 1):
     depth, checkpoint = getattr(_state, "depth", 0), getattr(_state, "scan_checkpoint", 1)
     _state.depth, _state.scan_checkpoint = depth + 1, scan_checkpoint
     try:
-        yield
+        with _linalg_checks_without_effect_tokens():
+            yield
     finally:
         _state.depth, _state.scan_checkpoint = depth, checkpoint
+
+
+@contextlib.contextmanager
+def _linalg_checks_without_effect_tokens():
+    """torch 2.13 marks `aten::_linalg_check_errors` (the info check after solve, cholesky, inv,
+    lu_factor, ...) as an ordered effect, so aot_autograd threads an effect token through the
+    graph (a `with_effects` HOP). Inside a loop body the token is made while tracing the body
+    under fake tensors (`new_token_tensor()`): it becomes a FakeTensor constant of the graph
+    module, returned as the graph's token, and touching its data fails ('Cannot access data
+    pointer of Tensor (e.g. FakeTensor'; Inductor fails the same way). While tidal traces, the
+    check is a plain op without results, which the graph drops: a singular matrix gives
+    inf/nan as Inductor's code did before, not eager's error."""
+    entry = torch._library.simple_registry.singleton.find("aten::_linalg_check_errors").effect
+    effect = entry.effect
+    if effect is None:
+        yield
+        return
+    entry.register(None)
+    try:
+        yield
+    finally:
+        entry.register(effect)
 
 
 def tidal_backend_is_tracing() -> bool:
