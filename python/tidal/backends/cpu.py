@@ -18,6 +18,7 @@ import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallel
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
+import tidal.backends.stack_slots  # noqa: F401  (registers tidal-hoist-stack-slots)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
 import tidal.backends.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-elementwise)
 import tidal.backends.vector_width  # noqa: F401  (registers tidal-prefer-wide-vectors)
@@ -55,7 +56,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     f"tidal-accumulate-into-sliced-inputs, {BUFFERIZE}, tidal-results-to-arguments, buffer-deallocation-pipeline, convert-bufferization-to-memref, "
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-parallelize-generics, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
-    "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, convert-scf-to-cf, "
+    "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, tidal-hoist-stack-slots, convert-scf-to-cf, "
     "expand-strided-metadata, lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, "
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
@@ -93,6 +94,31 @@ def llvm_contract(module_op):
     module_op.walk(visit)
     if bad:
         raise TidalUnsupported(f"'{bad[0].name}' op could not be lowered to LLVM", bad[0].location)
+    _check_stack_slots(module_op)
+
+
+def _check_stack_slots(module_op):
+    """Every `llvm.alloca` is in its function's entry block (or the function saves and restores
+    its stack): one elsewhere sits in a loop or may, and would grow the stack on every iteration
+    until the thread's stack overflows (`tidal-hoist-stack-slots`)."""
+    from tidal.diagnostics import TidalUnsupported
+
+    for fn in module_op.regions[0].blocks[0].operations:
+        if fn.operation.name != "llvm.func" or not len(fn.regions[0].blocks):
+            continue
+        entry, stray, scoped = fn.regions[0].blocks[0], [], False
+
+        def visit(op):
+            nonlocal scoped
+            scoped = scoped or op.name == "llvm.intr.stacksave"
+            if op.name == "llvm.alloca" and op.operation.block != entry:
+                stray.append(op)
+            return ir.WalkResult.ADVANCE
+
+        fn.operation.walk(visit)
+        if stray and not scoped:
+            raise TidalUnsupported("a stack slot outside the entry block would be allocated again on every "
+                                   "iteration of the loop around it (the stack grows with the trip count)", stray[0].location)
 
 
 def mark_entry(module: ir.Module, func_name: str) -> None:
