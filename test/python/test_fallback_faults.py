@@ -110,13 +110,25 @@ def _reference(requires_grad: bool):
     return out, grads
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("stage", list(FAULTS))
-def test_fault_falls_back_to_eager_with_one_warning(monkeypatch, stage, training):
-    inject, in_inference, in_training = FAULTS[stage]
-    if not (in_training if training else in_inference):
-        pytest.skip(f"no {stage} stage in {'training' if training else 'inference'}")
-    inject(monkeypatch)
+# (stage, training) for every stage each mode goes through
+CASES = [
+    pytest.param((stage, training), id=f"{stage}-{'training' if training else 'inference'}")
+    for stage, (_, in_inference, in_training) in FAULTS.items()
+    for training in (False, True)
+    if (in_training if training else in_inference)
+]
+
+
+@pytest.fixture
+def injected(monkeypatch, request):
+    stage, training = request.param
+    FAULTS[stage][0](monkeypatch)
+    return training
+
+
+@pytest.mark.parametrize("injected", CASES, indirect=True)
+def test_fault_falls_back_to_eager_with_one_warning(injected):
+    training = injected
     out, grads, fallbacks = _run(WARN, training)
     expected, expected_grads = _reference(training)
     torch.testing.assert_close(out, expected)
@@ -131,15 +143,10 @@ def test_fault_falls_back_to_eager_with_one_warning(monkeypatch, stage, training
     assert all(f"test_fallback_faults.py:{SCAN_LINE}:" in f or f"test_fallback_faults.py:{COND_LINE}:" in f for f in fallbacks)
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("stage", list(FAULTS))
-def test_fault_in_strict_mode_names_the_users_line(monkeypatch, stage, training):
-    inject, in_inference, in_training = FAULTS[stage]
-    if not (in_training if training else in_inference):
-        pytest.skip(f"no {stage} stage in {'training' if training else 'inference'}")
-    inject(monkeypatch)
+@pytest.mark.parametrize("injected", CASES, indirect=True)
+def test_fault_in_strict_mode_names_the_users_line(injected):
     with pytest.raises(TidalCompileError, match=f"test_fallback_faults.py:{SCAN_LINE}: error: internal error in tidal") as info:
-        _run(STRICT, training)
+        _run(STRICT, injected)
     assert "InjectedFault: injected fault" in info.value.reason
 
 

@@ -571,3 +571,42 @@ def test_tanh_equals_eager_everywhere_on_cuda():
     got = torch.compile(torch.tanh, backend="tidal", fullgraph=True, options=STRICT)(x)
     torch.testing.assert_close(got, torch.tanh(x), rtol=0, atol=0, equal_nan=True)
     assert torch.equal(torch.signbit(got[torch.isfinite(x) & (x == 0)]), torch.signbit(x[torch.isfinite(x) & (x == 0)]))
+
+
+def _rnn_step_program(xs, w):
+    def step(h, x_t):
+        h = torch.tanh(x_t @ w + 0.5 * h)
+        return h, h.clone()
+
+    from torch._higher_order_ops.scan import scan
+
+    return scan(step, torch.zeros_like(xs[0]), xs)[1]  # GPU_FAULT_LINE
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["warn", "strict"])
+def test_kernel_build_failure_is_the_eager_fallback(monkeypatch, strict):
+    """A Triton kernel that fails to build (at the first call, where the GPU program builds its
+    kernels) is the eager fallback with one warning naming the user's line, or strict mode's
+    TidalCompileError; never an exception escaping from the call (issue #40)."""
+    import tidal.backends.gpu.program
+    from tidal.dynamo import TidalCompileError, TidalFallbackWarning
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected: triton could not compile the kernel")
+
+    monkeypatch.setattr(tidal.backends.gpu.program, "compile_kernel", broken)
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.endswith("# GPU_FAULT_LINE"))
+    xs, w = torch.randn(6, 4, 8, device="cuda"), torch.randn(8, 8, device="cuda") / 3
+    torch._dynamo.reset()
+    compiled = torch.compile(_rnn_step_program, backend="tidal", options={"fallback": "error" if strict else "warn"})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if strict:
+            with pytest.raises(TidalCompileError, match=f"test_gpu.py:{line}: error: internal error in tidal"):
+                compiled(xs, w)
+            return
+        for _ in range(2):
+            torch.testing.assert_close(compiled(xs, w), _rnn_step_program(xs, w))
+    fallbacks = [str(c.message) for c in caught if issubclass(c.category, TidalFallbackWarning)]
+    assert len(fallbacks) == 1 and "injected: triton could not compile" in fallbacks[0], fallbacks
+    assert f"test_gpu.py:{line}:" in fallbacks[0], fallbacks
