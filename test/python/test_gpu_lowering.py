@@ -457,3 +457,77 @@ def test_reduced_precision_kernels_compute_in_float32_and_compile(dtype):
     assert loops[maximum.name].group(1) == narrow and f"dense<{minus_inf}> : tensor<1x2048x{narrow}>" in maximum.text
     for kernel in kernels:
         assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+
+
+CHUNKED_CE_BY_VOCABULARY = '''
+import torch
+from torch._higher_order_ops import scan
+
+
+def model(h, W_chunks, target):
+    """Cross-entropy over vocabulary chunks: a running logsumexp (max m, sum-exp s) and the
+    target's logit gathered from the chunk that holds it (a clamped local index)."""
+    n, V = h.shape[0], W_chunks.shape[2]
+
+    def step(carry, W):
+        m, s, target_logit, offset = carry
+        logits = h @ W
+        m_new = torch.maximum(m, logits.amax(-1))
+        s = s * torch.exp(m - m_new) + torch.exp(logits - m_new[:, None]).sum(-1)
+        local = target - offset
+        picked = logits.gather(1, local.clamp(0, V - 1)[:, None]).squeeze(1)
+        target_logit = target_logit + torch.where((local >= 0) & (local < V), picked, torch.zeros_like(picked))
+        return (m_new, s, target_logit, offset + V), m_new.clone()
+
+    init = (torch.full((n,), float("-inf")), torch.zeros(n), torch.zeros(n), torch.zeros((), dtype=torch.long))
+    (m, s, target_logit, _), _ = scan(step, init, W_chunks)
+    return (m + s.log() - target_logit).mean()
+
+
+torch.manual_seed(0)
+example_inputs = (torch.randn(32, 16), torch.randn(8, 16, 64), torch.randint(0, 512, (32,)))
+'''
+
+
+@pytest.fixture
+def chunked_ce_file(tmp_path):
+    path = tmp_path / "chunked_ce_by_vocabulary.py"
+    path.write_text(CHUNKED_CE_BY_VOCABULARY)
+    return path
+
+
+def test_gather_in_a_scan_step_compiles_for_sm90(chunked_ce_file):
+    """torch-mlir's gather leaves its index-bounds check as a linalg.generic with no outputs (a
+    body of cf.asserts): the host plan took outs[0] of it ('IndexError: list index out of
+    range'). Kernels drop those checks, so the generic runs nothing."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tidal.tools.tidal_compile", str(chunked_ce_file), "--emit", "ttir", "--target", "cuda:90"],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    program = _gpu_program(chunked_ce_file)
+    for kernel in program.kernels_for_emit():
+        assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+
+
+def test_an_internal_error_of_the_gpu_lowering_names_the_op_line(chunked_ce_file, monkeypatch, capsys):
+    """A case the kernel builder does not handle (here: made to fail) is a located error, with
+    the user's line of the op: tidal-compile prints FILE:LINE:COL: error and exits 1 (under
+    torch.compile, the fallback names the same line)."""
+    from tidal.backends.gpu import kernels
+    from tidal.tools import tidal_compile
+
+    def broken(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(kernels, "generic_kernel", broken)
+    assert tidal_compile.main([str(chunked_ce_file), "--emit", "ttir", "--target", "cuda:90"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    found = re.search(
+        r"chunked_ce_by_vocabulary\.py:(\d+):\d+: error: GPU backend: internal error lowering 'linalg\.generic' "
+        r"\(IndexError: list index out of range\)", err)
+    assert found, err
+    lines = CHUNKED_CE_BY_VOCABULARY.splitlines()
+    first, last = lines.index("def model(h, W_chunks, target):") + 1, lines.index("    return (m + s.log() - target_logit).mean()") + 1
+    assert first < int(found.group(1)) <= last, err  # a line of the model, not the file's 1:1

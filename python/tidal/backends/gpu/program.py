@@ -464,6 +464,10 @@ class GpuProgram:
         return step
 
     def _op_linalg_generic(self, op):
+        if not list(op.opview.outputs):
+            # torch-mlir's index-bounds check of a gather/index_select: a generic with no outputs
+            # whose body only asserts, which kernels drop (run_body): nothing runs on the device.
+            return lambda env: None
         if K.split_combiners(op) is not None:
             return self._split_reduction(op)
         name = self._new_kernel_name("generic")
@@ -718,7 +722,16 @@ class GpuProgram:
         name = op.operation.name
         handler = getattr(self, "_op_" + name.replace(".", "_"), None)
         if handler is not None:
-            return handler(op)
+            try:
+                return handler(op)
+            except (TidalError, _NeedsTheHost):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a case the kernel builder does not handle
+                # Located at the op (the user's line), so torch.compile falls back naming it and
+                # tidal-compile prints FILE:LINE:COL: error.
+                raise TidalUnsupported(
+                    f"GPU backend: internal error lowering '{name}' ({type(exc).__name__}: {exc})", op.location
+                ) from exc
         if name in self._SCALAR:
             return self._scalar_op(op)
         if name in ("arith.cmpi", "arith.cmpf"):
