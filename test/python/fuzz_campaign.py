@@ -127,11 +127,16 @@ def run_one(desc: Program) -> dict:
     except UnsatisfiedAssumption:
         return {"status": "reject"}
     except Exception as exc:  # noqa: BLE001 - every failure is recorded
+        root = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__
+        # tidal's messages keep the first line of the error they wrap: the root keeps the rest.
         return {
             "status": "fail",
             "kind": type(exc).__name__,
             "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)[-12:]),
+            "root": f"{type(root).__name__}: {str(root)[:3000]}",
+            "traceback": "".join(traceback.format_exception(root)[-12:]),
         }
 
 

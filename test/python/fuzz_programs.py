@@ -51,9 +51,12 @@ Left out on purpose:
     NaN/inf inputs: values are random in [-2, 2] (float) or [-5, 5] (int64).
   * programs on which eager PyTorch itself fails with a known Dynamo bug (EAGER_TORCH_BUGS) are
     discarded; any other eager failure is reported as a GeneratorBug.
-  * gradient mode: a scan over a dim other than 0 inside a while_loop body: the while_loop's
-    adjoint rejects the scan adjoint's strided cotangent as its carry
-    (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient).
+  * gradient mode: a scan or associative_scan over a dim other than 0 inside a while_loop or scan
+    body, or after a while_loop: tidal's while_loop and scan adjoints fail when a carry's
+    cotangent is strided (as a scan adjoint's cotangent of xs is) on one side of the loop and not
+    on the other (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
+    test_associative_scan_over_dim_1_after_while_loop_gradient,
+    test_scan_over_dim_1_inside_scan_gradient).
   * gradient mode: associative_scan over a dim of size 1: tidal's adjoint fails (test_fuzz_finds.py::test_associative_scan_of_length_1_gradient).
     TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 generates every program gradient mode leaves out.
 """
@@ -214,7 +217,11 @@ class _Drawer:
         self.draw = draw
         self.dtype = dtype
         self.grad = grad
-        self.in_while = 0  # how many while_loop bodies enclose the op being drawn
+        # Where a scan's adjoint can hand a loop's adjoint a strided carry: inside a while_loop's
+        # body and after it (ops are drawn in program order, so the flag stays set once a
+        # while_loop is drawn), and inside a scan's body.
+        self.while_drawn = False
+        self.scan_bodies = 0
         self.max_depth = max_depth
         self.max_ops = max_ops
         self.inputs: list[Spec] = []
@@ -223,9 +230,16 @@ class _Drawer:
     def is_int(self) -> bool:
         return self.dtype == "int64"
 
+    @property
+    def scans_on_dim_0(self) -> bool:
+        # test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
+        # test_associative_scan_over_dim_1_after_while_loop_gradient and
+        # test_scan_over_dim_1_inside_scan_gradient
+        return self.grad and not KNOWN_GRAD_FAILURES and (self.while_drawn or self.scan_bodies > 0)
+
     def assoc_scan_dims(self, shape) -> list[int]:
         if self.grad and not KNOWN_GRAD_FAILURES:  # test_fuzz_finds.py::test_associative_scan_of_length_1_gradient
-            return [d for d in range(len(shape)) if shape[d] > 1]
+            return [d for d in range(1 if self.scans_on_dim_0 else len(shape)) if shape[d] > 1]
         return list(range(len(shape)))
 
     def new_input(self, shape) -> int:
@@ -294,20 +308,21 @@ class _Drawer:
             return Cond(pred, threshold, pred_input, self.block(shape, depth + 1), self.block(shape, depth + 1))
         if kind == "while":
             n, data_pred = draw(st.integers(1, 3)), draw(st.booleans())
-            self.in_while += 1
-            body = self.block(shape, depth + 1)
-            self.in_while -= 1
-            return While(n, data_pred, body)
+            self.while_drawn = True
+            return While(n, data_pred, self.block(shape, depth + 1))
         if kind == "scan":
-            if self.grad and not KNOWN_GRAD_FAILURES and self.in_while:
-                dim = 0  # test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient
+            if self.scans_on_dim_0:
+                dim = 0
             else:
                 dim = draw(st.integers(0, rank - 1))
             slice_shape = shape[:dim] + shape[dim + 1:]
             init = draw(st.sampled_from(["zeros", "first", "input"]))
             init_input = self.new_input(slice_shape) if init == "input" else -1
-            return Scan(dim, draw(st.booleans()), init, init_input, draw(st.booleans()),
-                        self.block(slice_shape, depth + 1))
+            reverse, counter = draw(st.booleans()), draw(st.booleans())
+            self.scan_bodies += 1
+            body = self.block(slice_shape, depth + 1)
+            self.scan_bodies -= 1
+            return Scan(dim, reverse, init, init_input, counter, body)
         if kind == "map":
             extra = self.broadcast_input(shape[1:]) if draw(st.booleans()) else -1
             return Map(extra, self.block(shape[1:], depth + 1))

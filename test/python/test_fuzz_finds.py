@@ -5,7 +5,7 @@ and then the test should become a plain regression test and the generator's matc
 
 import pytest
 import torch
-from torch._higher_order_ops import associative_scan, scan, while_loop
+from torch._higher_order_ops import associative_scan, map, scan, while_loop
 
 from loop_reference import python_scan, python_while_loop
 
@@ -71,6 +71,59 @@ def test_scan_over_dim_1_inside_while_loop_gradient():
         return i + 1, ys
 
     v = torch.rand(4, 2)
+    out, grads = _train(program, v)
+    expected, expected_grads = _reference(reference, v)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads, expected_grads)
+
+
+@pytest.mark.xfail(strict=True, reason="tidal's while_loop adjoint rejects a strided cotangent carry")
+def test_associative_scan_over_dim_1_after_while_loop_gradient():
+    """The same error as above, the other way round: 'pair[2] differ in stride: (1, 3) vs (2, 1)'.
+    The loop's output cotangent comes from associative_scan's adjoint over dim 1 (strided) and
+    enters tidal's adjoint loop as its carry as it is, while the body's map stacks a contiguous
+    one. A body of elementwise ops (`v * 2`), which keeps its cotangent's strides, works; scan in
+    place of associative_scan fails the same way."""
+
+    def body(i, v):
+        return i + 1, map(lambda x: x * 2, v)
+
+    def program(v):
+        _, v = while_loop(lambda i, v: i < 1, body, (torch.zeros((), dtype=torch.int64), v))
+        return associative_scan(lambda a, b: a + b, v, dim=1, combine_mode="generic")
+
+    v = torch.rand(3, 2)
+    out, (grad,) = _train(program, v)
+    torch.testing.assert_close(out, (2 * v).cumsum(1))
+    torch.testing.assert_close(grad, 2 * torch.linspace(-1, 1, 6).reshape(3, 2).flip(1).cumsum(1).flip(1))
+
+
+@pytest.mark.xfail(strict=True, reason="tidal's scan adjoint rejects a strided cotangent carry")
+def test_scan_over_dim_1_inside_scan_gradient():
+    """UncapturedHigherOrderOpError: Expected init and carry to have same metadata but found:
+    pair[0] differ in 'stride: (2, 1) vs (1, 3)', raised while aot_autograd traces tidal's scan
+    adjoint: the outer carry feeds an inner scan over dim 1, whose adjoint's cotangent of xs is
+    strided, so the outer adjoint's carry is strided where its init (zeros) is not."""
+
+    def inner(c, x):
+        return c + x, (c + x).clone()
+
+    def outer(c, x):
+        _, ys = scan(inner, torch.zeros(x.shape[0]), c + x, dim=1)
+        y = ys.clone(memory_format=torch.contiguous_format)
+        return y, y.clone()
+
+    def outer_in_python(c, x):
+        _, ys = python_scan(inner, torch.zeros(x.shape[0]), c + x, dim=1)
+        return ys, ys.clone()
+
+    def program(v):
+        return scan(outer, torch.zeros(v.shape[1:]), v, dim=0)[1]
+
+    def reference(v):
+        return python_scan(outer_in_python, torch.zeros(v.shape[1:]), v, dim=0)[1]
+
+    v = torch.rand(2, 3, 2)
     out, grads = _train(program, v)
     expected, expected_grads = _reference(reference, v)
     torch.testing.assert_close(out, expected)
