@@ -17,6 +17,7 @@ import tidal.backends.forwarded_results  # noqa: F401  (registers tidal-forward-
 import tidal.backends.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
+import tidal.backends.soft_bf16  # noqa: F401  (registers tidal-soft-bf16)
 import tidal.backends.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.stack_slots  # noqa: F401  (registers tidal-hoist-stack-slots)
 import tidal.backends.threads  # noqa: F401  (registers tidal-forall-to-threads)
@@ -61,7 +62,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
-    "reconcile-unrealized-casts, tidal-prefer-wide-vectors, tidal-contract-exact-multiply-adds, tidal-llvm-contract",
+    "reconcile-unrealized-casts, tidal-prefer-wide-vectors, tidal-contract-exact-multiply-adds, tidal-llvm-contract, tidal-soft-bf16",
 )
 
 
