@@ -52,11 +52,12 @@ Left out on purpose:
   * programs on which eager PyTorch itself fails with a known Dynamo bug (EAGER_TORCH_BUGS) are
     discarded; any other eager failure is reported as a GeneratorBug.
   * gradient mode: a scan or associative_scan over a dim other than 0 inside a while_loop or scan
-    body, or after a while_loop: tidal's while_loop and scan adjoints fail when a carry's
-    cotangent is strided (as a scan adjoint's cotangent of xs is) on one side of the loop and not
-    on the other (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
+    body or a cond branch, or after a while_loop: tidal's while_loop and scan adjoints fail when a
+    carry's cotangent is strided (as a scan adjoint's cotangent of xs is) on one side of the loop
+    and not on the other, and cond's when one branch's is (and a dim has size 1)
+    (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
     test_associative_scan_over_dim_1_after_while_loop_gradient,
-    test_scan_over_dim_1_inside_scan_gradient).
+    test_scan_over_dim_1_inside_scan_gradient, test_scan_over_dim_1_inside_cond_gradient).
   * gradient mode: associative_scan over a dim of size 1: tidal's adjoint fails (test_fuzz_finds.py::test_associative_scan_of_length_1_gradient).
     TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 generates every program gradient mode leaves out.
 """
@@ -217,11 +218,12 @@ class _Drawer:
         self.draw = draw
         self.dtype = dtype
         self.grad = grad
-        # Where a scan's adjoint can hand a loop's adjoint a strided carry: inside a while_loop's
-        # body and after it (ops are drawn in program order, so the flag stays set once a
-        # while_loop is drawn), and inside a scan's body.
+        # Where a scan's adjoint can hand a loop's or cond's adjoint a strided cotangent: inside a
+        # while_loop's body and after it (ops are drawn in program order, so the flag stays set
+        # once a while_loop is drawn), inside a scan's body, inside a cond's branches.
         self.while_drawn = False
         self.scan_bodies = 0
+        self.branches = 0
         self.max_depth = max_depth
         self.max_ops = max_ops
         self.inputs: list[Spec] = []
@@ -233,9 +235,9 @@ class _Drawer:
     @property
     def scans_on_dim_0(self) -> bool:
         # test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
-        # test_associative_scan_over_dim_1_after_while_loop_gradient and
-        # test_scan_over_dim_1_inside_scan_gradient
-        return self.grad and not KNOWN_GRAD_FAILURES and (self.while_drawn or self.scan_bodies > 0)
+        # test_associative_scan_over_dim_1_after_while_loop_gradient,
+        # test_scan_over_dim_1_inside_scan_gradient and test_scan_over_dim_1_inside_cond_gradient
+        return self.grad and not KNOWN_GRAD_FAILURES and (self.while_drawn or self.scan_bodies + self.branches > 0)
 
     def assoc_scan_dims(self, shape) -> list[int]:
         if self.grad and not KNOWN_GRAD_FAILURES:  # test_fuzz_finds.py::test_associative_scan_of_length_1_gradient
@@ -305,7 +307,10 @@ class _Drawer:
             pred = draw(st.sampled_from(["sum", "amax", "input"]))
             pred_input = self.broadcast_input(shape) if pred == "input" else -1
             threshold = self.scalar() if pred != "input" else 0
-            return Cond(pred, threshold, pred_input, self.block(shape, depth + 1), self.block(shape, depth + 1))
+            self.branches += 1
+            then, orelse = self.block(shape, depth + 1), self.block(shape, depth + 1)
+            self.branches -= 1
+            return Cond(pred, threshold, pred_input, then, orelse)
         if kind == "while":
             n, data_pred = draw(st.integers(1, 3)), draw(st.booleans())
             self.while_drawn = True

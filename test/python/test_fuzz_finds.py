@@ -128,3 +128,30 @@ def test_scan_over_dim_1_inside_scan_gradient():
     expected, expected_grads = _reference(reference, v)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(grads, expected_grads)
+
+
+@pytest.mark.xfail(strict=True, reason="tidal's cond adjoint fails when one branch's cotangent is strided")
+def test_scan_over_dim_1_inside_cond_gradient():
+    """AssertionError: a_stride_expr:{1: 1, 3: 3}, b_stride_expr:{1: 1, 3: 3}, raised while
+    aot_autograd traces tidal's cond adjoint: one branch's cotangent comes from a scan adjoint over
+    dim 1 (strided), the other's is contiguous. Fails for shapes (1, 3) and (1, 1, 3); (2, 3) and
+    (1, 2, 3) work."""
+
+    def step(c, x):
+        return c + x, (c + x).clone()
+
+    def then(v):
+        _, ys = scan(step, torch.zeros(v.shape[:-1]), v, dim=1)
+        return ys.clone(memory_format=torch.contiguous_format)
+
+    def program(v):
+        return torch.cond(v.sum() > 0, then, lambda v: v * 2, (v,))
+
+    def reference(v):
+        return python_scan(step, torch.zeros(v.shape[:-1]), v, dim=1)[1]
+
+    v = torch.rand(1, 3)
+    out, grads = _train(program, v)
+    expected, expected_grads = _reference(reference, v)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads, expected_grads)
