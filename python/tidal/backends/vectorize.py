@@ -60,6 +60,9 @@ def _elementwise_static(op) -> bool:
     # large ops are left to the loop vectorizer.
     if values[0].type.shape[0] > MAX_VECTOR_ELEMENTS:
         return False
+    # vector<0xf32> is not a type: the transform fails on an op with no elements
+    if values[0].type.shape[0] == 0:
+        return False
     # Scalar arithmetic on the block arguments only: a body that indexes (linalg.index,
     # tensor.extract: flip, gather) is not a plain vector computation.
     # math.fpowi/ipowi: LLVM's powi takes a scalar exponent only.

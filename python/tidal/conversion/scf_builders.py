@@ -55,14 +55,33 @@ def _slice_geometry(full: ir.Value, dim: int, at: ir.Value):
     return offsets, sizes, static_offsets, static_sizes, [1] * rank
 
 
+def _holds_nothing(full: ir.Value, dim: int) -> bool:
+    """Whether every slice of `full` along `dim` is empty (another dim is a static 0). MLIR's
+    slice verifier calls the offset 0 of a 0-size dim out of bounds, so such slices are never
+    made: an extracted one is a new empty tensor, an inserted one changes nothing."""
+    t = full.type
+    return any(k != dim and not t.is_dynamic_dim(k) and t.get_dim_size(k) == 0 for k in range(t.rank))
+
+
+def _empty(result_type: ir.Type, dynamic_sizes: list[ir.Value]) -> ir.Value:
+    t = ir.RankedTensorType(result_type)
+    dynamic = iter(dynamic_sizes)
+    return tensor.EmptyOp([next(dynamic) if t.is_dynamic_dim(k) else t.get_dim_size(k) for k in range(t.rank)],
+                          t.element_type).result
+
+
 def extract_step(full: ir.Value, dim: int, at: ir.Value, slice_type: ir.Type) -> ir.Value:
     """`full[..., at, ...]` along `dim`, with `dim` dropped (a rank-reducing extract_slice)."""
     offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
+    if _holds_nothing(full, dim):
+        return _empty(slice_type, sizes)
     return tensor.extract_slice(slice_type, full, offsets, sizes, [], so, ss, st)
 
 
 def insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> ir.Value:
     """`full` with `part` written at position `at` along `dim`."""
+    if _holds_nothing(full, dim):
+        return full
     offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
     return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
 
@@ -95,6 +114,8 @@ def range_type(full_type: ir.Type, dim: int) -> ir.Type:
 def extract_range(full: ir.Value, dim: int, start: ir.Value, count: ir.Value) -> ir.Value:
     """`full[..., start:start+count, ...]` along `dim` (rank kept, `dim` dynamic)."""
     offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
+    if _holds_nothing(full, dim):
+        return _empty(range_type(full.type, dim), sizes)
     return tensor.extract_slice(range_type(full.type, dim), full, offsets, sizes, [], so, ss, st)
 
 
@@ -106,6 +127,8 @@ def _outside_in_parallel():
 
 def parallel_insert_range(part: ir.Value, full: ir.Value, dim: int, start: ir.Value, count: ir.Value) -> None:
     """Inside `scf.forall.in_parallel`: write `part` over positions [start, start+count) of `full`."""
+    if _holds_nothing(full, dim):
+        return
     with _outside_in_parallel():
         offsets, sizes, so, ss, st = _range_geometry(full, dim, start, count)
     tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
@@ -113,6 +136,8 @@ def parallel_insert_range(part: ir.Value, full: ir.Value, dim: int, start: ir.Va
 
 def parallel_insert_step(part: ir.Value, full: ir.Value, dim: int, at: ir.Value) -> None:
     """Inside `scf.forall.in_parallel`: write `part` at position `at` along `dim` of `full`."""
+    if _holds_nothing(full, dim):
+        return
     with _outside_in_parallel():
         offsets, sizes, so, ss, st = _slice_geometry(full, dim, at)
     tensor.parallel_insert_slice(part, full, offsets, sizes, [], so, ss, st)
@@ -135,11 +160,15 @@ def _rows_geometry(full: ir.Value, count: ir.Value):
 def extract_rows(full: ir.Value, count: ir.Value, result_type: ir.Type) -> ir.Value:
     """`full[:count]` (a leading-dim prefix: contiguous in a row-major buffer)."""
     offsets, sizes, so, ss, st = _rows_geometry(full, count)
+    if _holds_nothing(full, 0):
+        return _empty(result_type, sizes)
     return tensor.extract_slice(result_type, full, offsets, sizes, [], so, ss, st)
 
 
 def insert_rows(part: ir.Value, full: ir.Value, count: ir.Value) -> ir.Value:
     """`full` with `part` (`count` rows) written over its first rows."""
+    if _holds_nothing(full, 0):
+        return full
     offsets, sizes, so, ss, st = _rows_geometry(full, count)
     return tensor.insert_slice(part, full, offsets, sizes, [], so, ss, st)
 

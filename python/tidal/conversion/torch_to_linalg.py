@@ -186,14 +186,14 @@ def backend_contract(module_op):
 # crashes (SIGSEGV in SymbolRefAttr::getRootReference) on tidal.scan/map/associative_scan. tidal's
 # importer never emits calls (subgraphs become regions), so there is nothing to inline.
 TORCH_BACKEND_PASSES = (
-    "tidal-integer-division, tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, "
+    "tidal-empty-tensors, tidal-integer-division, tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, "
     "torch-reduce-op-variants, canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
     "tidal-index-bounds, tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
 LINALG_PASSES = (
-    "tidal-check-supported, func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
+    "tidal-check-supported, tidal-empty-tensors, func.func(torch-restructure-non-constant-axes), func.func(torch-fuse-quantized-ops), "
     "func.func(convert-torch-to-tmtensor), func.func(canonicalize), func.func(convert-torch-to-linalg), "
     "func.func(canonicalize), func.func(convert-torch-to-scf), func.func(convert-torch-to-arith), "
     "func.func(convert-torch-to-tensor), tidal-aten-calls{leftovers=1}, tidal-check-torch-lowered, convert-torch-conversion-to-mlprogram, "
