@@ -103,5 +103,5 @@ def test_views_of_empty_tensors_under_grad(server):
 
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
 def test_loops_over_empty_tensors(server, grad):
-    _run_in_child(server, LOOPS if not grad else {k: LOOPS[k] for k in ("while_empty_carry", "scan_empty_steps", "map_empty_rows")},
-                  dynamic=not grad, grad=grad)
+    cases = {k: LOOPS[k] for k in ("while_empty_carry", "scan_empty_steps", "map_empty_rows")} if grad else LOOPS
+    _run_in_child(server, cases, dynamic=not grad, grad=grad)

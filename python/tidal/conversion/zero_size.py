@@ -31,7 +31,8 @@ from tidal.dialects.types import tensor_spec
 from tidal.passes.registry import ops_named, tidal_pass
 
 _VIEWS = ("torch.aten.view", "torch.aten._unsafe_view", "torch.aten.reshape")
-_SCALAR_TYPE = {asm: TORCH_DTYPE_TO_INT[dt] for dt, asm in TORCH_DTYPE_TO_MLIR_TYPE_ASM.items() if dt in TORCH_DTYPE_TO_INT}
+_SCALAR_TYPE = {asm: TORCH_DTYPE_TO_INT[dt] for dt, asm in TORCH_DTYPE_TO_MLIR_TYPE_ASM.items()
+                if dt in TORCH_DTYPE_TO_INT}
 
 
 def _has_zero_dim(value: ir.Value) -> bool:
@@ -86,7 +87,9 @@ def _empty_cat(op: ir.Operation) -> None:
             if static is not None:
                 dims.append(static)
                 continue
-            sizes = [_create("torch.aten.size.int", ir.Type.parse("!torch.int"), [t, _int(i)]) for t in full[: None if i == dim else 1]]
+            # the concatenated dim sums the operands' sizes; another is the first operand's
+            summed = full if i == dim else full[:1]
+            sizes = [_create("torch.aten.size.int", ir.Type.parse("!torch.int"), [t, _int(i)]) for t in summed]
             total = sizes[0]
             for size in sizes[1:]:
                 total = _create("torch.aten.add.int", ir.Type.parse("!torch.int"), [total, size])
