@@ -51,15 +51,6 @@ Left out on purpose:
     NaN/inf inputs: values are random in [-2, 2] (float) or [-5, 5] (int64).
   * programs on which eager PyTorch itself fails with a known Dynamo bug (EAGER_TORCH_BUGS) are
     discarded; any other eager failure is reported as a GeneratorBug.
-  * gradient mode: a scan or associative_scan over a dim other than 0 inside a while_loop or scan
-    body or a cond branch, or after a while_loop: tidal's while_loop and scan adjoints fail when a
-    carry's cotangent is strided (as a scan adjoint's cotangent of xs is) on one side of the loop
-    and not on the other, and cond's when one branch's is (and a dim has size 1)
-    (test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
-    test_associative_scan_over_dim_1_after_while_loop_gradient,
-    test_scan_over_dim_1_inside_scan_gradient, test_scan_over_dim_1_inside_cond_gradient).
-  * gradient mode: associative_scan over a dim of size 1: tidal's adjoint fails (test_fuzz_finds.py::test_associative_scan_of_length_1_gradient).
-    TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 generates every program gradient mode leaves out.
 """
 
 from __future__ import annotations
@@ -87,10 +78,6 @@ MAX_RANK = 3
 # associative_scan inside another control-flow body cannot be compiled yet (test_regressions.py::
 # test_regression_associative_scan_nested_in_cond): set TIDAL_FUZZ_NESTED_ASSOC_SCAN=1 to fuzz it.
 NESTED_ASSOCIATIVE_SCAN = os.environ.get("TIDAL_FUZZ_NESTED_ASSOC_SCAN", "0") == "1"
-
-# Gradient mode leaves out classes of programs that fail today (the docstring lists them, each
-# with its test in test_fuzz_finds.py): set TIDAL_FUZZ_GRAD_KNOWN_FAILURES=1 to generate them.
-KNOWN_GRAD_FAILURES = os.environ.get("TIDAL_FUZZ_GRAD_KNOWN_FAILURES", "0") == "1"
 
 FLOAT_BOUND = 10.0
 INT_BOUND = 1000
@@ -218,12 +205,6 @@ class _Drawer:
         self.draw = draw
         self.dtype = dtype
         self.grad = grad
-        # Where a scan's adjoint can hand a loop's or cond's adjoint a strided cotangent: inside a
-        # while_loop's body and after it (ops are drawn in program order, so the flag stays set
-        # once a while_loop is drawn), inside a scan's body, inside a cond's branches.
-        self.while_drawn = False
-        self.scan_bodies = 0
-        self.branches = 0
         self.max_depth = max_depth
         self.max_ops = max_ops
         self.inputs: list[Spec] = []
@@ -231,18 +212,6 @@ class _Drawer:
     @property
     def is_int(self) -> bool:
         return self.dtype == "int64"
-
-    @property
-    def scans_on_dim_0(self) -> bool:
-        # test_fuzz_finds.py::test_scan_over_dim_1_inside_while_loop_gradient,
-        # test_associative_scan_over_dim_1_after_while_loop_gradient,
-        # test_scan_over_dim_1_inside_scan_gradient and test_scan_over_dim_1_inside_cond_gradient
-        return self.grad and not KNOWN_GRAD_FAILURES and (self.while_drawn or self.scan_bodies + self.branches > 0)
-
-    def assoc_scan_dims(self, shape) -> list[int]:
-        if self.grad and not KNOWN_GRAD_FAILURES:  # test_fuzz_finds.py::test_associative_scan_of_length_1_gradient
-            return [d for d in range(1 if self.scans_on_dim_0 else len(shape)) if shape[d] > 1]
-        return list(range(len(shape)))
 
     def new_input(self, shape) -> int:
         self.inputs.append(Spec(tuple(shape), self.dtype))
@@ -288,7 +257,7 @@ class _Drawer:
             kinds += ["cond", "while"]
             if rank >= 1:
                 kinds += ["scan", "map"]
-                if (depth == 0 or NESTED_ASSOCIATIVE_SCAN) and self.assoc_scan_dims(shape):
+                if depth == 0 or NESTED_ASSOCIATIVE_SCAN:
                     kinds += ["assoc_scan"]
         kind = draw(st.sampled_from(kinds))
         if kind == "unary":
@@ -307,36 +276,25 @@ class _Drawer:
             pred = draw(st.sampled_from(["sum", "amax", "input"]))
             pred_input = self.broadcast_input(shape) if pred == "input" else -1
             threshold = self.scalar() if pred != "input" else 0
-            self.branches += 1
             then, orelse = self.block(shape, depth + 1), self.block(shape, depth + 1)
-            self.branches -= 1
             return Cond(pred, threshold, pred_input, then, orelse)
         if kind == "while":
             n, data_pred = draw(st.integers(1, 3)), draw(st.booleans())
-            self.while_drawn = True
             return While(n, data_pred, self.block(shape, depth + 1))
         if kind == "scan":
-            if self.scans_on_dim_0:
-                dim = 0
-            else:
-                dim = draw(st.integers(0, rank - 1))
+            dim = draw(st.integers(0, rank - 1))
             slice_shape = shape[:dim] + shape[dim + 1:]
             init = draw(st.sampled_from(["zeros", "first", "input"]))
             init_input = self.new_input(slice_shape) if init == "input" else -1
             reverse, counter = draw(st.booleans()), draw(st.booleans())
-            self.scan_bodies += 1
             body = self.block(slice_shape, depth + 1)
-            self.scan_bodies -= 1
             return Scan(dim, reverse, init, init_input, counter, body)
         if kind == "map":
             extra = self.broadcast_input(shape[1:]) if draw(st.booleans()) else -1
             return Map(extra, self.block(shape[1:], depth + 1))
         assert kind == "assoc_scan"
         combine = draw(st.sampled_from(["add", "max", "mul", "linrec"]))
-        if self.grad and not KNOWN_GRAD_FAILURES:
-            dim = draw(st.sampled_from(self.assoc_scan_dims(shape)))
-        else:
-            dim = draw(st.integers(0, rank - 1))
+        dim = draw(st.integers(0, rank - 1))
         return AssocScan(combine, dim, draw(st.booleans()))
 
 

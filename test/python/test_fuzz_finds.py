@@ -1,9 +1,8 @@
-"""Bugs the gradient fuzzer (test_fuzz.py, fuzz_campaign.py) found and tidal has not fixed yet, as
-minimal programs, each marked xfail(strict=True): a fix turns its test into an XPASS failure,
-and then the test should become a plain regression test and the generator's matching exclusion
-(fuzz_programs.py, "Left out on purpose") be dropped."""
+"""Bugs the gradient fuzzer (test_fuzz.py, fuzz_campaign.py) found, as minimal programs. A bug tidal
+has not fixed yet is marked xfail(strict=True): a fix turns its test into an XPASS failure, and
+then the test becomes a plain regression test ("Fixed: was ...") and the generator's matching
+exclusion (fuzz_programs.py, "Left out on purpose") is dropped."""
 
-import pytest
 import torch
 from torch._higher_order_ops import associative_scan, map, scan, while_loop
 
@@ -29,11 +28,12 @@ def _reference(fn, *args):
     return out.detach(), [x.grad for x in leaves]
 
 
-@pytest.mark.xfail(strict=True, reason="tidal's associative_scan adjoint fails on a scan of length 1")
 def test_associative_scan_of_length_1_gradient():
     """IndexError: select(): index 0 out of range for tensor of size [0] at dimension 0, raised
     while aot_autograd traces tidal's adjoint (autodiff/associative_scan.py) of a scan over a dim
-    of size 1; size 2 works. The forward alone compiles."""
+    of size 1; size 2 works. The forward alone compiles.
+    Fixed: was both adjoints working on steps 1.. of zero; a scan of length 1 now has x̄ = ȳ.
+    """
 
     def program(v):
         return associative_scan(lambda a, b: a + b, v, dim=0, combine_mode="generic")
@@ -44,14 +44,16 @@ def test_associative_scan_of_length_1_gradient():
     torch.testing.assert_close(grad, torch.tensor([-1.0]))
 
 
-@pytest.mark.xfail(strict=True, reason="tidal's while_loop adjoint rejects a strided cotangent carry")
 def test_scan_over_dim_1_inside_while_loop_gradient():
     """UncapturedHigherOrderOpError: Expected carried_inputs and body_output to have same metadata
     but found: pair[2] differ in 'stride: (2, 1) vs (1, 4)', raised while aot_autograd traces
     tidal's while_loop adjoint (autodiff/while_loop.py, backward): the scan adjoint's cotangent of
     xs is stacked on dim 0 and moved to `dim`, so it is strided, and the adjoint loop carries it
     as it is. Any size fails, and a scan over dim 0 in the same loop works; tidal's message keeps
-    only the first line of torch's, which drops the 'pair[2] differ in stride' part."""
+    only the first line of torch's, which drops the 'pair[2] differ in stride' part.
+    Fixed: was the adjoint loop carrying cotangents with the layout autograd gave them; its carries
+    now have standard strides (autodiff/common.py, standard_strides).
+    """
 
     def step(c, x):
         return c + x, (c + x).clone()
@@ -77,13 +79,15 @@ def test_scan_over_dim_1_inside_while_loop_gradient():
     torch.testing.assert_close(grads, expected_grads)
 
 
-@pytest.mark.xfail(strict=True, reason="tidal's while_loop adjoint rejects a strided cotangent carry")
 def test_associative_scan_over_dim_1_after_while_loop_gradient():
     """The same error as above, the other way round: 'pair[2] differ in stride: (1, 3) vs (2, 1)'.
     The loop's output cotangent comes from associative_scan's adjoint over dim 1 (strided) and
     enters tidal's adjoint loop as its carry as it is, while the body's map stacks a contiguous
     one. A body of elementwise ops (`v * 2`), which keeps its cotangent's strides, works; scan in
-    place of associative_scan fails the same way."""
+    place of associative_scan fails the same way.
+    Fixed: was the strided output cotangent entering the adjoint loop as it is (common.cotangents
+    now gives every cotangent standard strides).
+    """
 
     def body(i, v):
         return i + 1, map(lambda x: x * 2, v)
@@ -98,12 +102,14 @@ def test_associative_scan_over_dim_1_after_while_loop_gradient():
     torch.testing.assert_close(grad, 2 * torch.linspace(-1, 1, 6).reshape(3, 2).flip(1).cumsum(1).flip(1))
 
 
-@pytest.mark.xfail(strict=True, reason="tidal's scan adjoint rejects a strided cotangent carry")
 def test_scan_over_dim_1_inside_scan_gradient():
     """UncapturedHigherOrderOpError: Expected init and carry to have same metadata but found:
     pair[0] differ in 'stride: (2, 1) vs (1, 3)', raised while aot_autograd traces tidal's scan
     adjoint: the outer carry feeds an inner scan over dim 1, whose adjoint's cotangent of xs is
-    strided, so the outer adjoint's carry is strided where its init (zeros) is not."""
+    strided, so the outer adjoint's carry is strided where its init (zeros) is not.
+    Fixed: was the reverse scan carrying the step VJP's strided carry cotangent; its carries now
+    have standard strides.
+    """
 
     def inner(c, x):
         return c + x, (c + x).clone()
@@ -130,12 +136,14 @@ def test_scan_over_dim_1_inside_scan_gradient():
     torch.testing.assert_close(grads, expected_grads)
 
 
-@pytest.mark.xfail(strict=True, reason="tidal's cond adjoint fails when one branch's cotangent is strided")
 def test_scan_over_dim_1_inside_cond_gradient():
     """AssertionError: a_stride_expr:{1: 1, 3: 3}, b_stride_expr:{1: 1, 3: 3}, raised while
     aot_autograd traces tidal's cond adjoint: one branch's cotangent comes from a scan adjoint over
     dim 1 (strided), the other's is contiguous. Fails for shapes (1, 3) and (1, 1, 3); (2, 3) and
-    (1, 2, 3) work."""
+    (1, 2, 3) work.
+    Fixed: was `contiguous()` on the adjoint branches' results, which keeps a size-1 dim's stride;
+    they now get standard strides.
+    """
 
     def step(c, x):
         return c + x, (c + x).clone()

@@ -36,6 +36,7 @@ from tidal.autodiff.common import (
     differentiate_wrt,
     dispatch_keys,
     reversed_steps,
+    standard_strides,
     trace_body,
     vjp_fn,
 )
@@ -178,15 +179,31 @@ def _sequential_adjoint(combine, ys, xs, consts, g_ys, keys):
         total = [a + b for a, b in zip(g_y, from_later)]
         g_lhs, g_rhs, g_w_t = split_into_chunks(list(combine_vjp(*y_prev, *x_t, *w, *total)), [k, k, n_w])
         g_w_t = [d for d, want in zip(g_w_t, w_grads) if want]
-        return (*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)], *g_rhs)
+        # the reverse scan's carries keep the strides of its init (standard ones)
+        carries = [*g_lhs, *[a + b for a, b in zip(g_w, g_w_t)]]
+        return (*[standard_strides(c) for c in carries], *g_rhs)
 
-    init = [*[torch.zeros_like(y[0]) for y in ys], *[torch.zeros_like(w) for w, want in zip(consts, w_grads) if want]]
+    init = [*[Meta(y[0]).zeros() for y in ys], *[Meta(w).zeros() for w, want in zip(consts, w_grads) if want]]
     stacked = [*reversed_steps([y[:-1] for y in ys]), *reversed_steps([x[1:] for x in xs]), *reversed_steps([g[1:] for g in g_ys])]
     adjoint = trace_body(adjoint_step, [*init, *stacked, *consts], [False] * len(init) + [True] * len(stacked) + [False] * n_w, keys)
     outs = scan_op(adjoint, init, stacked, list(consts))
     from_later, g_w, g_rest = split_into_chunks(list(outs), [k, n_g, k])
     g_xs = [torch.cat([(g[0] + c).unsqueeze(0), torch.flip(r, (0,))], 0) for g, c, r in zip(g_ys, from_later, g_rest)]
     return g_xs, g_w
+
+
+def _one_step(xs) -> bool:
+    """A scan of length 1 (Dynamo specializes sizes 0 and 1, so it is static): both adjoints
+    work on steps 1.. (T-1 of them), and with none left they would trace a body on the first of
+    zero steps."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(xs[0].shape[0] == 1)
+
+
+def _one_step_adjoint(consts, g_ys):
+    """y_0 = x_0: x̄ = ȳ, and the combine never runs, so the float consts' cotangents are zero."""
+    return list(g_ys), [Meta(w).zeros() for w in consts if differentiable(w)]
 
 
 class AssociativeScanVJP(torch.autograd.Function):
@@ -206,9 +223,13 @@ class AssociativeScanVJP(torch.autograd.Function):
     def backward(ctx, *grads):
         k, n_w = ctx.counts
         ys, xs, consts = split_into_chunks(saved_values(ctx), [k, k, n_w])
-        g_xs, g_w = _elementwise_adjoint(ctx.combine, ys, xs, consts, list(grads), ctx.keys) or _sequential_adjoint(
-            ctx.combine, ys, xs, consts, cotangents(grads, ctx.metas), ctx.keys
-        )
+        if _one_step(xs):
+            g_xs, g_w = _one_step_adjoint(consts, cotangents(grads, ctx.metas))
+        else:
+            g_ys = [None if g is None else standard_strides(g) for g in grads]
+            g_xs, g_w = _elementwise_adjoint(ctx.combine, ys, xs, consts, g_ys, ctx.keys) or _sequential_adjoint(
+                ctx.combine, ys, xs, consts, cotangents(grads, ctx.metas), ctx.keys
+            )
         g_w = iter(g_w)
         g_consts = [next(g_w) if differentiable(w) else None for w in consts]
         return None, None, *[g if differentiable(x) else None for g, x in zip(g_xs, xs)], *g_consts

@@ -44,9 +44,29 @@ class Meta:
         return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
 
 
+def standard_strides(t):
+    """`t` with row-major strides, size-1 dims included (copied only where they differ).
+
+    A HOP compares strides exactly: a while_loop's or a scan's carry must leave the body with the
+    strides it entered with, and a cond's branches must agree. Cotangents keep whatever layout
+    autograd produced (a movedim's or an expand's backward: a transposed or expanded view), and
+    `contiguous()` is not enough: it leaves the stride of a size-1 dim as it is."""
+    from torch._prims_common import make_contiguous_strides_for
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return t
+    wanted = make_contiguous_strides_for(t.shape)
+    if all(statically_known_true(a == b) for a, b in zip(t.stride(), wanted)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def cotangents(grads, metas) -> list[torch.Tensor]:
-    """autograd passes None for outputs nothing depends on: the rules want zeros."""
-    return [m.zeros() if g is None else g for g, m in zip(grads, metas)]
+    """autograd passes None for outputs nothing depends on: the rules want zeros. The others come
+    with the layout of whatever produced them, and enter the adjoint HOPs as carries and operands:
+    they get standard strides."""
+    return [m.zeros() if g is None else standard_strides(g) for g, m in zip(grads, metas)]
 
 
 def dispatch_keys():
@@ -83,4 +103,4 @@ def trace_body(fn, args, stacked, keys) -> torch.fx.GraphModule:
         return materialize_as_graph(fn, tuple(examples), keys[0], keys[1], force_enable_grad=True)
 
 
-__all__ = ["Meta", "cotangents", "differentiable", "differentiable_dtype", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "trace_body", "vjp_fn"]
+__all__ = ["Meta", "cotangents", "differentiable", "differentiable_dtype", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "standard_strides", "trace_body", "vjp_fn"]

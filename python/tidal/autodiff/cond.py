@@ -1,9 +1,10 @@
 """`cond`: the adjoint is a cond on the same predicate whose branches are the branches' VJPs.
 
 The operands are the residuals; the taken branch is recomputed inside its adjoint branch, with
-the VJP from PyTorch's formulas. Both adjoint branches return contiguous gradients: a cond's
-branches must agree on strides, and a gradient may come out expanded in one branch only
-(d(x * w.sum())/dw), which PyTorch's own rule trips over.
+the VJP from PyTorch's formulas. Both adjoint branches return gradients with standard strides: a
+cond's branches must agree on strides, and a gradient may come out expanded in one branch only
+(d(x * w.sum())/dw) or transposed with a size-1 dim (a scan over dim 1), which PyTorch's own rule
+trips over.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tidal.autodiff.common import (
     differentiate_wrt,
     dispatch_keys,
     flat,
+    standard_strides,
     trace_body,
     vjp_fn,
 )
@@ -55,7 +57,7 @@ class CondVJP(torch.autograd.Function):
             def adjoint_branch(*args):
                 primals = args[: ctx.n]
                 differentiate_wrt(*primals)
-                return tuple(g.contiguous() for g, w in zip(branch_vjp(*args), wanted) if w)
+                return tuple(standard_strides(g) for g, w in zip(branch_vjp(*args), wanted) if w)
 
             return trace_body(adjoint_branch, [*operands, *grads], [False] * (ctx.n + len(grads)), ctx.keys)
 

@@ -34,6 +34,7 @@ from tidal.autodiff.common import (
     dispatch_keys,
     flat,
     reversed_steps,
+    standard_strides,
     trace_body,
 )
 from tidal.autodiff.residuals import kept_values, split_step
@@ -174,15 +175,19 @@ class ScanVJP(torch.autograd.Function):
             g_out = [g for g, f in zip([*g_c, *g_y], float_output) if f]
             every = [*c_every, *_spread(x_t, reads_x), *w, *kept_every, *g_out]
             g_c_prev, g_x, g_w_t = split_into_chunks(list(split.adjoint(*split.adjoint_inputs(every))), [n_c, n_gx, n_gw])
-            handed = [c_every[j].clone() for j in handed_on]
-            return (*g_c_prev, *[a + b for a, b in zip(g_w, g_w_t)], *handed, *g_x)
+            handed = [standard_strides(c_every[j].clone()) for j in handed_on]
+            # the step's VJP may hand back a carry's cotangent transposed (a scan over dim 1
+            # inside), and the reverse scan's carries must keep the strides of its init (standard)
+            g_c_prev = [standard_strides(g) for g in g_c_prev]
+            g_w_acc = [standard_strides(a + b) for a, b in zip(g_w, g_w_t)]
+            return (*g_c_prev, *g_w_acc, *handed, *g_x)
 
-        init = [*g_final, *[torch.zeros_like(w) for w in wanted_consts]]
+        init = [*g_final, *[Meta(w).zeros() for w in wanted_consts]]  # zeros_like would keep a transposed w's strides
 
         def reverse_scan(entering, final, xs_, kept, g_ys_, g_init, w):
             """The adjoint of the steps over xs_, entered with the carries `entering` (leaving the
             last one: `final`)."""
-            g_init = [*g_init, *[final[j] for j in handed_on]]
+            g_init = [*g_init, *[standard_strides(final[j]) for j in handed_on]]
             steps = reversed_steps([*read(entering, entering_k), *read(xs_, reads_x), *read(kept, stacked_k), *g_ys_])
             adjoint = trace_body(
                 adjoint_step, [*g_init, *steps, *w], [False] * len(g_init) + [True] * len(steps) + [False] * n_w, ctx.keys

@@ -29,6 +29,7 @@ from tidal.autodiff.common import (
     differentiate_wrt,
     dispatch_keys,
     flat,
+    standard_strides,
     trace_body,
     vjp_fn,
 )
@@ -104,13 +105,15 @@ class WhileVJP(torch.autograd.Function):
             g_c_prev, g_w_k = split_into_chunks(list(body_vjp(*c_k, *w, *g_c)), [n_c, n_w])
             g_w_k = [d for d, a in zip(g_w_k, accumulates) if a]
             ran = _row(steps_, k) > 0  # False only on the placeholder row of a loop that never ran
+            # the body's VJP may hand back a cotangent transposed (a scan over dim 1 inside), and
+            # the adjoint loop's carries must keep the strides they entered with (standard ones)
             return (
                 k - 1,
-                *[torch.where(ran, new, old) for new, old in zip(g_c_prev, g_c)],
-                *[torch.where(ran, acc + d, acc) for acc, d in zip(g_w, g_w_k)],
+                *[standard_strides(torch.where(ran, new, old)) for new, old in zip(g_c_prev, g_c)],
+                *[standard_strides(torch.where(ran, acc + d, acc)) for acc, d in zip(g_w, g_w_k)],
             )
 
-        carries = [_last_row(steps), *g_final, *[torch.zeros_like(w) for w, a in zip(consts, accumulates) if a]]
+        carries = [_last_row(steps), *g_final, *[Meta(w).zeros() for w, a in zip(consts, accumulates) if a]]
         residuals = [steps, *entering, *consts]
         args = [*carries, *residuals]
         cond = trace_body(more_rows, args, [False] * len(args), ctx.keys)
