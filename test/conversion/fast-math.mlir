@@ -46,6 +46,22 @@ func.func @exp(%x: f32) -> f32 {
   return %e : f32
 }
 
+// tanh is exactly ±1 (copysign) from |x| = 9.0108404 on, where eager's tanhf is; a NaN compares
+// false there and keeps the rational function's NaN.
+// CHECK-LABEL: func.func @tanh
+// CHECK:       arith.divf
+// CHECK:       %[[SAT:.+]] = arith.constant 9.010840e+00 : f32
+// CHECK-NEXT:  %[[GE:.+]] = arith.cmpf oge, %{{.+}}, %[[SAT]] : f32
+// CHECK-NEXT:  %[[ONE:.+]] = arith.constant 1.000000e+00 : f32
+// CHECK-NEXT:  %[[UNIT:.+]] = math.copysign %[[ONE]], %arg0 : f32
+// CHECK-NEXT:  %[[R:.+]] = arith.select
+// CHECK-NEXT:  %[[T:.+]] = arith.select %[[GE]], %[[UNIT]], %[[R]] : f32
+// CHECK-NEXT:  return %[[T]]
+func.func @tanh(%x: f32) -> f32 {
+  %t = math.tanh %x : f32
+  return %t : f32
+}
+
 // CHECK-LABEL: func.func @double_stays
 // CHECK:       math.exp %{{.+}} : f64
 func.func @double_stays(%x: f64) -> f64 {

@@ -333,7 +333,7 @@ def test_vectorized_transcendentals_match_eager(name):
     grid = {
         "exp": _dense_grid_with_edges(-110, 90, [inf, -inf, nan, 0.0, -0.0, 88.7228, 88.723, -87.33, -100.0, -103.9, -104.5]),
         "erf": _dense_grid_with_edges(-6, 6, [inf, -inf, nan, 0.0, -0.0, 1e-30, -3.99, 4.01]),
-        "tanh": _dense_grid_with_edges(-12, 12, [inf, -inf, nan, 0.0, -0.0, 1e-30, 7.9, -7.91]),
+        "tanh": _dense_grid_with_edges(-12, 12, [inf, -inf, nan, 0.0, -0.0, 1e-30, 7.9, -7.91, 9.0108395, 9.0108404, -9.0108404, 10.0]),
     }[name]
     got, expected, fallbacks = run_compiled(lambda x: fn(x), (grid,))
     assert fallbacks == []
@@ -346,6 +346,9 @@ def test_vectorized_transcendentals_match_eager(name):
         assert ((got[finite & ~normal] - expected[finite & ~normal]).abs() <= 3e-45).all()
     else:
         assert (got[finite] - expected[finite]).abs().max() <= 1e-6
+    if name == "tanh":  # exactly ±1 where eager saturates (a cond on `tanh(x) < 1` must agree)
+        saturated = expected.abs() == 1
+        assert torch.equal(got[saturated], expected[saturated]) and (got[~saturated & ~expected.isnan()].abs() < 1).all()
 
 
 def test_exact_multiply_adds_round_as_eager():

@@ -445,3 +445,35 @@ def test_regression_view_to_a_zero_d_buffer_in_thread_groups():
 
     v = torch.randn(2)
     torch.testing.assert_close(compile_program(subtract_the_max, (v,))(v), subtract_the_max(v))
+
+
+def saturated_tanh_at_a_cond_threshold(v):
+    def while_cond(i, v):
+        return i < 3
+
+    def while_body(i, v):
+        v = torch.exp(v.clamp(-4.0, 2.0))
+        return i + 1, (v + v).clamp(-10.0, 10.0)
+
+    _, v = while_loop(while_cond, while_body, (torch.zeros((), dtype=torch.int64), v))
+    v = -torch.tanh(v)  # -tanh(10.0): -1.0 exactly in eager
+    return torch.cond(v.sum() > -1.0, lambda v: (v + 1).clamp(-10.0, 10.0), lambda v: -v, (v,))
+
+
+def test_regression_fast_tanh_saturates_to_exactly_one():
+    """Found by the forward fuzz campaign (seed 4040, program 1412: -5.139 where eager gave 0.511),
+    fixed in this commit. Was: tidal-fast-math's tanh (Eigen's clamped rational approximation)
+    gave 0.99999976 (4 ulp below 1) for every |x| >= 7.9, where eager's tanhf is 1.0 from
+    |x| = 9.0108 on; here tanh(10.0) = 1 - 4 ulp made `-1.0 + 4 ulp > -1.0` true, the cond took
+    the other branch and returned 2.4e-7 instead of 1.0. Both entry points (torch.export and
+    torch.compile) gave the wrong value."""
+    from tidal.compiler import compile_program
+
+    v = torch.tensor(0.3)
+    expected = saturated_tanh_at_a_cond_threshold(v)
+    assert expected.item() == 1.0
+    torch.testing.assert_close(compile_program(saturated_tanh_at_a_cond_threshold, (v,))(v), expected,
+                               rtol=0, atol=0)
+    got, fallbacks = compiled_with_fallbacks(saturated_tanh_at_a_cond_threshold, v)
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
