@@ -33,17 +33,22 @@ def _linalg_checks_without_effect_tokens():
     under fake tensors (`new_token_tensor()`): it becomes a FakeTensor constant of the graph
     module, returned as the graph's token, and touching its data fails ('Cannot access data
     pointer of Tensor (e.g. FakeTensor'; Inductor fails the same way). While tidal traces, the
-    check is a plain op without results, which the graph drops: a singular matrix gives
-    inf/nan as Inductor's code did before, not eager's error."""
+    check is a plain op without results that dead-code elimination must keep (as it keeps
+    `_assert_async`): it becomes an ATen call, so a singular matrix raises eager's LinAlgError
+    rather than giving inf/nan."""
     entry = torch._library.simple_registry.singleton.find("aten::_linalg_check_errors").effect
     effect = entry.effect
     if effect is None:
         yield
         return
+    from torch.fx.node import _side_effectful_functions
+    check = torch.ops.aten._linalg_check_errors.default
     entry.register(None)
+    _side_effectful_functions.add(check)
     try:
         yield
     finally:
+        _side_effectful_functions.discard(check)
         entry.register(effect)
 
 

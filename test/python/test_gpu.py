@@ -610,3 +610,24 @@ def test_kernel_build_failure_is_the_eager_fallback(monkeypatch, strict):
     fallbacks = [str(c.message) for c in caught if issubclass(c.category, TidalFallbackWarning)]
     assert len(fallbacks) == 1 and "injected: triton could not compile" in fallbacks[0], fallbacks
     assert f"test_gpu.py:{line}:" in fallbacks[0], fallbacks
+
+
+def test_linalg_info_check_raises_on_cuda_as_eager_does():
+    """An ATen call with keyword-only arguments (`_linalg_check_errors(info, api_name, *,
+    is_matrix)`) runs on CUDA tensors: a singular matrix in a scan step raises eager's LinAlgError."""
+    from torch._higher_order_ops import scan
+
+    def fn(S, x0):
+        def step(x, S):
+            x = torch.linalg.solve(S, x)
+            return x, x.clone()
+
+        return scan(step, x0, torch.stack([torch.eye(3, device=S.device), S]))
+
+    compiled = torch.compile(fn, backend="tidal", fullgraph=True, options=STRICT)
+    x0 = torch.randn(3, device="cuda")
+    with torch.no_grad():
+        good = 2 * torch.eye(3, device="cuda")
+        torch.testing.assert_close(compiled(good, x0), fn(good, x0))
+        with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+            compiled(torch.zeros(3, 3, device="cuda"), x0)

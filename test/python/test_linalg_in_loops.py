@@ -93,3 +93,38 @@ def test_solve_at_top_level():
     compiled = torch.compile(lambda S, B: torch.linalg.solve(S, B) + 1, backend="tidal", options={"fallback": "error"})
     with torch.no_grad():
         torch.testing.assert_close(compiled(S, B), torch.linalg.solve(S, B) + 1)
+
+
+def _singular_steps(scan_fn, op, x0, Ss):
+    def step(x, S):
+        if op == "solve":
+            x = torch.linalg.solve(S, x)
+        elif op == "cholesky":
+            x = torch.linalg.cholesky(S) @ x
+        else:
+            x = torch.linalg.inv(S) @ x
+        return x, x.clone()
+
+    return scan_fn(step, x0, Ss)
+
+
+@pytest.mark.parametrize("where", ["top level", "scan step"])
+@pytest.mark.parametrize("op", ["solve", "cholesky", "inv"])
+def test_a_failed_info_check_raises_eagers_error(op, where):
+    """A singular (or, for cholesky, indefinite) matrix raises eager's LinAlgError with eager's
+    message, never inf/nan: the info check runs as an ATen call after the factorization."""
+    bad = torch.diag(torch.tensor([1.0, -1.0, 0.0])) if op == "cholesky" else torch.zeros(3, 3)
+    x0 = torch.randn(3)
+    if where == "top level":
+        fn, args = (lambda S, x: _singular_steps(lambda f, c, xs: f(c, xs[0]), op, x, S.unsqueeze(0))), (bad, x0)
+    else:
+        fn, args = (lambda S, x: _singular_steps(scan, op, x, torch.stack([torch.eye(3), S]))), (bad, x0)
+    with pytest.raises(torch.linalg.LinAlgError) as eager_error:
+        fn(*args)
+    compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "error"})
+    with torch.no_grad(), pytest.raises(torch.linalg.LinAlgError) as tidal_error:
+        compiled(*args)
+    assert str(eager_error.value) in str(tidal_error.value)
+    with torch.no_grad():  # the same compiled program on a good matrix
+        good = torch.eye(3) * 2
+        torch.testing.assert_close(compiled(good, x0), fn(good, x0))

@@ -159,8 +159,8 @@ def _why_not(op: ir.Operation, names, schema) -> str | None:
     if len(schema.arguments) != len(op.operands) or len(schema.returns) != len(op.results):
         return "its operands do not match the operator's schema"
     bad = [str(r.type) for r in op.results if not _is_tensor(r)]
-    if bad or not op.results:
-        return f"it returns {', '.join(bad) or 'nothing'} (ATen calls return {', '.join(CALLABLE_DTYPES)} tensors)"
+    if bad:
+        return f"it returns {', '.join(bad)} (ATen calls return {', '.join(CALLABLE_DTYPES)} tensors)"
     return None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
+import torch
+
 from tidal.runtime import externs
 
 ERROR_HOOK_SETTER = "tidal_set_error_hook"
@@ -71,4 +73,6 @@ _INDEX_ERRORS = {"aten::index", "aten::index_select", "aten::embedding", "aten::
 def _python_error(callee: str, message: str) -> type[Exception]:
     if callee in _INDEX_ERRORS and ("out of range" in message or "out of bounds" in message):
         return IndexError
+    if callee == "aten::_linalg_check_errors":  # eager raises torch.linalg.LinAlgError (a RuntimeError)
+        return torch.linalg.LinAlgError
     return RuntimeError

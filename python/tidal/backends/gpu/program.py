@@ -663,9 +663,12 @@ class GpuProgram:
             raise TidalUnsupported(f"GPU backend: argument {a} of {callee}", op.location)
 
         args = [decode(a) for a in ir.ArrayAttr(op.attributes["args"])]
+        keywords = [a.name if a.kwarg_only else None for a in fn._schema.arguments]
 
         def step(env):
-            out = fn(*[a(env) for a in args])
+            values = [a(env) for a in args]
+            out = fn(*[v for v, k in zip(values, keywords) if k is None],
+                     **{k: v for v, k in zip(values, keywords) if k is not None})
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             for r, v in zip(results, outs):
                 env[r] = v
