@@ -54,3 +54,12 @@ def compiled_graphs(monkeypatch):
 
     monkeypatch.setattr(tidal.compiler, "compile_graph_module", recording)
     return graphs
+
+
+@pytest.fixture(scope="module")
+def fork_server(tmp_path_factory):
+    """One fork server per test module (tool_runner.py): a crash fails its test, not the run."""
+    from tool_runner import ForkServer
+
+    with ForkServer(tmp_path_factory.mktemp("fork-server")) as server:
+        yield server

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tool_runner import ForkServer, huge_module, nested_conds, nested_maps
+from tool_runner import huge_module, nested_conds, nested_maps
 
 HOSTILE = Path(__file__).parents[1] / "hostile"
 MLIR_FILES = sorted(HOSTILE.glob("*.mlir"))
@@ -31,12 +31,6 @@ RUN_TOO = {"model-raises.py", "unsupported-fft.py", "model-returns-none.py", "mo
 
 LOCATED = re.compile(r"^(.+?):(\d+):(\d+): error: \S.*$", re.M)
 HEADER = re.compile(r"^// hostile: (\w+)=(.*?)\s*$", re.M)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ForkServer(tmp_path_factory.mktemp("fork-server")) as s:
-        yield s
 
 
 def header(path: Path) -> dict:
@@ -62,11 +56,11 @@ def assert_clean(proc, shown_file: str | None, expect_exit: int = 1):
 
 
 @pytest.mark.parametrize("path", MLIR_FILES, ids=[p.name for p in MLIR_FILES])
-def test_tidal_opt_hostile_corpus(server, path):
+def test_tidal_opt_hostile_corpus(fork_server, path):
     h = header(path)
     args = h["args"].split() if "args" in h else []
     expect = int(h.get("exit", 1))
-    proc = server.run("tidal-opt", str(path), *args)
+    proc = fork_server.run("tidal-opt", str(path), *args)
     err = assert_clean(proc, None, expect)
     if expect == 1:
         # The file in the error is the input (or `<pass-pipeline>` for a bad pipeline).
@@ -74,62 +68,62 @@ def test_tidal_opt_hostile_corpus(server, path):
         assert files & {str(path), "<pass-pipeline>"}, err
 
 
-def test_tidal_opt_1000_deep_nested_regions(server, tmp_path):
+def test_tidal_opt_1000_deep_nested_regions(fork_server, tmp_path):
     path = tmp_path / "deep.mlir"
     path.write_text(nested_conds(1000))
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert_clean(proc, None, expect_exit=0)
     assert proc.stdout.count(b'"tidal.cond"') == 1000
 
 
-def test_tidal_opt_100_deep_nested_maps(server, tmp_path):
+def test_tidal_opt_100_deep_nested_maps(fork_server, tmp_path):
     path = tmp_path / "deep-maps.mlir"
     path.write_text(nested_maps(100))
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert_clean(proc, None, expect_exit=0)
 
 
-def test_tidal_opt_1000_deep_nested_regions_with_an_error_at_the_bottom(server, tmp_path):
+def test_tidal_opt_1000_deep_nested_regions_with_an_error_at_the_bottom(fork_server, tmp_path):
     path = tmp_path / "deep-bad.mlir"
     text = nested_conds(1000)
     # The innermost then-region yields a value of the wrong type.
     text = text.replace('"tidal.yield"(%a999) : (tensor<4xf32>) -> ()', '"tidal.yield"(%q999) : (tensor<i1>) -> ()')
     path.write_text(text)
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     err = assert_clean(proc, str(path))
     assert "tidal.cond" in err
 
 
-def test_tidal_opt_huge_valid_file(server, tmp_path):
+def test_tidal_opt_huge_valid_file(fork_server, tmp_path):
     path = tmp_path / "huge.mlir"
     path.write_text(huge_module(20000))
     assert path.stat().st_size > 4_000_000
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert_clean(proc, None, expect_exit=0)
     assert proc.stdout.count(b'"tidal.map"') == 20000
 
 
-def test_tidal_opt_huge_file_with_one_error_near_the_end(server, tmp_path):
+def test_tidal_opt_huge_file_with_one_error_near_the_end(fork_server, tmp_path):
     path = tmp_path / "huge-bad.mlir"
     text = huge_module(20000)
     cut = text.rindex("num_xs = 1")
     text = text[:cut] + "num_xs = 3" + text[cut + len("num_xs = 1"):]
     path.write_text(text)
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     err = assert_clean(proc, str(path))
     line = int(LOCATED.search(err).group(2))
     assert line == text[:cut].count("\n") - 3 + 1  # the tidal.map op of the last function
 
 
-def test_tidal_opt_long_line(server, tmp_path):
+def test_tidal_opt_long_line(fork_server, tmp_path):
     path = tmp_path / "long-line.mlir"
     path.write_text("func.func @f() attributes {s = \"" + "x" * 5_000_000 + "\"} {\n  return\n}\n" + "%oops")
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert_clean(proc, str(path))
 
 
-def test_tidal_opt_directory_as_input(server, tmp_path):
-    proc = server.run("tidal-opt", str(tmp_path))
+def test_tidal_opt_directory_as_input(fork_server, tmp_path):
+    proc = fork_server.run("tidal-opt", str(tmp_path))
     assert_clean(proc, str(tmp_path))
 
 
@@ -148,10 +142,10 @@ def test_tidal_opt_directory_as_input(server, tmp_path):
     "builtin.module(torch-simplification-pipeline)",
     "builtin.module(torch-function-to-torch-backend-pipeline)",
 ])
-def test_tidal_opt_symbol_table_passes_do_not_crash(server, tmp_path, pipeline):
+def test_tidal_opt_symbol_table_passes_do_not_crash(fork_server, tmp_path, pipeline):
     path = tmp_path / "map.mlir"
     path.write_text(huge_module(1))
-    proc = server.run("tidal-opt", str(path), f"--pass-pipeline={pipeline}")
+    proc = fork_server.run("tidal-opt", str(path), f"--pass-pipeline={pipeline}")
     assert proc.returncode in (0, 1), f"rc {proc.returncode}\n{proc.stderr}"
     assert_clean(proc, None, proc.returncode)
 
@@ -205,7 +199,7 @@ SWEEP_INPUTS = {
 
 @pytest.mark.skipif(os.environ.get("TIDAL_PASS_SWEEP") != "1", reason="slow (~1,100 runs): TIDAL_PASS_SWEEP=1")
 @pytest.mark.parametrize("kind", sorted(SWEEP_INPUTS))
-def test_every_registered_pass_survives_unregistered_ops(server, tmp_path, kind):
+def test_every_registered_pass_survives_unregistered_ops(fork_server, tmp_path, kind):
     """Run every MLIR pass tidal-opt accepts over modules holding tidal (or other unregistered)
     ops: each must succeed or fail with a diagnostic, never crash. This sweep found the
     segfaulting passes in test_regressions.py (normalize-memrefs, math-extend-to-supported-types...)."""
@@ -213,7 +207,7 @@ def test_every_registered_pass_survives_unregistered_ops(server, tmp_path, kind)
     path.write_text(SWEEP_INPUTS[kind])
     crashed = []
     for pipeline in registered_mlir_passes():
-        proc = server.run("tidal-opt", str(path), f"--pass-pipeline={pipeline}", timeout=120)
+        proc = fork_server.run("tidal-opt", str(path), f"--pass-pipeline={pipeline}", timeout=120)
         if proc.returncode < 0 or proc.returncode not in (0, 1) or "Traceback" in proc.stderr:
             crashed.append(f"{pipeline}: rc {proc.returncode} {proc.stderr[-300:]}")
     assert crashed == [], "\n".join(crashed)
@@ -227,29 +221,29 @@ EMIT_SUCCEEDS = {"model-returns-int.py"}
 
 
 @pytest.mark.parametrize("path", PY_FILES, ids=[p.name for p in PY_FILES])
-def test_tidal_compile_hostile_corpus(server, path):
-    proc = server.run("tidal-compile", str(path), "--emit", "linalg")
+def test_tidal_compile_hostile_corpus(fork_server, path):
+    proc = fork_server.run("tidal-compile", str(path), "--emit", "linalg")
     assert_clean(proc, str(path), expect_exit=0 if path.name in EMIT_SUCCEEDS else 1)
     if path.name in RUN_TOO:
-        proc = server.run("tidal-compile", str(path), "--run")
+        proc = fork_server.run("tidal-compile", str(path), "--run")
         assert_clean(proc, str(path))
 
 
-def test_tidal_compile_missing_file(server, tmp_path):
+def test_tidal_compile_missing_file(fork_server, tmp_path):
     missing = str(tmp_path / "nope.py")
-    proc = server.run("tidal-compile", missing)
+    proc = fork_server.run("tidal-compile", missing)
     err = assert_clean(proc, missing)
     assert "no such file" in err
 
 
-def test_tidal_compile_directory(server, tmp_path):
-    proc = server.run("tidal-compile", str(tmp_path))
+def test_tidal_compile_directory(fork_server, tmp_path):
+    proc = fork_server.run("tidal-compile", str(tmp_path))
     assert_clean(proc, str(tmp_path))
 
 
-def test_tidal_compile_unsupported_op_names_the_op_and_line(server):
+def test_tidal_compile_unsupported_op_names_the_op_and_line(fork_server):
     path = HOSTILE / "unsupported-fft.py"
-    proc = server.run("tidal-compile", str(path))
+    proc = fork_server.run("tidal-compile", str(path))
     err = assert_clean(proc, str(path))
     assert "fft" in err
     assert f"{path}:5:" in err  # the line of torch.fft.fft

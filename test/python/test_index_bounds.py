@@ -15,7 +15,6 @@ import textwrap
 
 import pytest
 
-from tool_runner import ForkServer
 
 OPS = {
     "index": "x[i]",
@@ -82,17 +81,9 @@ print("OK")
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ForkServer(tmp_path_factory.mktemp("index_bounds")) as s:
-        yield s
-
-
 @pytest.mark.parametrize("place", list(PLACES))
 @pytest.mark.parametrize("op", list(OPS))
-def test_gathering_op_with_indices_like_eager(server, op, place):
+def test_gathering_op_with_indices_like_eager(fork_server, op, place):
     model = PLACES[place].format(op=OPS[op])
     indices = "{" + ", ".join(f"{name!r}: {value}" for name, value in INDICES.items()) + "}"
-    proc = server.run("exec", _CHILD.format(model=model, indices=indices, place=place))
-    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-1500:]}"
-    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
+    fork_server.exec_ok(_CHILD.format(model=model, indices=indices, place=place))

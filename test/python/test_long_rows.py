@@ -32,15 +32,8 @@ import torch
 from torch._higher_order_ops import associative_scan, scan
 
 from loop_reference import python_scan
-from tool_runner import ForkServer
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ForkServer(tmp_path_factory.mktemp("long-rows")) as s:
-        yield s
 
 
 def _combine(l, r):
@@ -111,8 +104,8 @@ def check_scan(shape):
     torch.testing.assert_close(ys, running * 2, rtol=0, atol=0)
 
 
-def run_in_child(server, call: str, threads: int, timeout: int = 600):
-    proc = server.run("exec", textwrap.dedent(f"""
+def run_in_child(fork_server, call: str, threads: int, timeout: int = 600):
+    fork_server.exec_ok(textwrap.dedent(f"""
         import sys, warnings
         warnings.simplefilter("ignore")
         sys.path.insert(0, {str(HERE)!r})
@@ -122,8 +115,6 @@ def run_in_child(server, call: str, threads: int, timeout: int = 600):
         test_long_rows.{call}
         print("OK")
     """), timeout=timeout)
-    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
 
 
 def test_recurrence_adjoint_is_the_python_loops_gradient():
@@ -149,19 +140,19 @@ LAYOUTS = {"dim0": lambda n: ((n, 16), 0), "dim1": lambda n: ((2, n, 8), 1), "la
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("length,threads", SIZES, ids=["2^17-1thread", "2^21-2threads"])
-def test_linear_recurrence_over_long_rows(server, layout, length, threads):
+def test_linear_recurrence_over_long_rows(fork_server, layout, length, threads):
     shape, dim = LAYOUTS[layout](length)
-    run_in_child(server, f"check_linear_recurrence({shape}, {dim})", threads)
+    run_in_child(fork_server, f"check_linear_recurrence({shape}, {dim})", threads)
 
 
 @pytest.mark.parametrize("length,threads", SIZES, ids=["2^17-1thread", "2^21-2threads"])
-def test_scan_over_a_long_last_dim(server, length, threads):
-    run_in_child(server, f"check_scan((2, 16, {length}))", threads)
+def test_scan_over_a_long_last_dim(fork_server, length, threads):
+    run_in_child(fork_server, f"check_scan((2, 16, {length}))", threads)
 
 
 @pytest.mark.skipif(os.environ.get("TIDAL_TEST_HUGE") != "1", reason="opt-in (TIDAL_TEST_HUGE=1): 13 GiB, minutes")
-def test_linear_recurrence_past_2_31_bytes(server):
-    run_in_child(server, f"check_huge_linear_recurrence({2**25 + 16})", 2, timeout=1800)
+def test_linear_recurrence_past_2_31_bytes(fork_server):
+    run_in_child(fork_server, f"check_huge_linear_recurrence({2**25 + 16})", 2, timeout=1800)
 
 
 def check_huge_linear_recurrence(length):

@@ -17,15 +17,9 @@ import torch
 from torch._higher_order_ops import associative_scan, scan, while_loop
 
 from tidal.dynamo import TidalFallbackWarning
-from tool_runner import ForkServer, nested_conds
+from tool_runner import nested_conds
 
 LOCATED = re.compile(r"^(.+?):(\d+):(\d+): error: \S", re.M)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ForkServer(tmp_path_factory.mktemp("regressions")) as s:
-        yield s
 
 
 def compiled_with_fallbacks(model, *inputs, fallback="error"):
@@ -210,19 +204,17 @@ print("OK")
 """
 
 
-def run_model_in_child(server, setup: str, fallback: str = "warn"):
-    proc = server.run("exec", _TORCH_COMPILE_VS_EAGER.format(setup=textwrap.dedent(setup), fallback=fallback))
-    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-1500:]}"
-    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
+def run_model_in_child(fork_server, setup: str, fallback: str = "warn"):
+    fork_server.exec_ok(_TORCH_COMPILE_VS_EAGER.format(setup=textwrap.dedent(setup), fallback=fallback))
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_regression_int8_mul_scalar_segfaults(server, dtype):
+def test_regression_int8_mul_scalar_segfaults(fork_server, dtype):
     """Fixed in 6c7d4c7. Was: int8/uint8 `x * 2` segfaults the process: torch-mlir's convert-torch-
     to-linalg crashes on aten.mul.Scalar of ui8/si8 ('for conversion to byte or char type
     dstOriginalDtype has to be passed to convertScalarToDtype'), so torch.compile cannot even
     fall back"""
-    run_model_in_child(server, f"""
+    run_model_in_child(fork_server, f"""
         model = lambda x: x * 2
         inputs = (torch.arange(5, dtype=torch.{dtype}),)
     """)
@@ -230,31 +222,31 @@ def test_regression_int8_mul_scalar_segfaults(server, dtype):
 
 @pytest.mark.parametrize("op", ["torch.div(x, y, rounding_mode='trunc')", "torch.remainder(x, y)",
                                 "torch.fmod(x, y)"], ids=["trunc-div", "remainder", "fmod"])
-def test_regression_integer_division_by_zero_sigfpe(server, op):
+def test_regression_integer_division_by_zero_sigfpe(fork_server, op):
     """Fixed in 6c7d4c7 (refused), compiled since tidal-integer-division. Was: integer division by
     zero kills the process with SIGFPE (trunc division, remainder, fmod); eager raises
     RuntimeError('ZeroDivisionError'), and so does the compiled program (strict: no fallback)"""
-    run_model_in_child(server, f"""
+    run_model_in_child(fork_server, f"""
         model = lambda x, y: {op}
         inputs = (torch.tensor([4, 5, 6]), torch.tensor([2, 0, 3]))
     """, fallback="error")
 
 
-def test_regression_integer_floor_division_by_zero_wrong_result(server):
+def test_regression_integer_floor_division_by_zero_wrong_result(fork_server):
     """Fixed in 6c7d4c7 (refused), compiled since tidal-integer-division. Was: integer floor
     division by zero returns garbage (-9223372036854775808) where eager raises
     RuntimeError('ZeroDivisionError')"""
-    run_model_in_child(server, """
+    run_model_in_child(fork_server, """
         model = lambda x, y: torch.div(x, y, rounding_mode='floor')
         inputs = (torch.tensor([4, 5, 6]), torch.tensor([2, 0, 3]))
     """, fallback="error")
 
 
-def test_regression_reciprocal_of_zero_aborts(server):
+def test_regression_reciprocal_of_zero_aborts(fork_server):
     """Fixed with tidal-reciprocal-of-zero. Was: torch.reciprocal of a tensor holding a zero
     aborted the process ('unimplemented: tensor with zero element': torch-mlir's lowering asserts
     a nonzero input, and a failed cf.assert calls abort()); eager returns inf"""
-    proc = server.run("exec", textwrap.dedent("""
+    fork_server.exec_ok(textwrap.dedent("""
         import torch
         from tidal.compiler import compile_program
         x = torch.tensor([0.0, 2.0, -0.0, float("nan")])
@@ -262,8 +254,6 @@ def test_regression_reciprocal_of_zero_aborts(server):
         torch.testing.assert_close(compile_program(fn, (x,))(x), fn(x), equal_nan=True)
         print("OK")
     """))
-    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-1500:]}"
-    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
 
 
 # -- tidal-opt ----------------------------------------------------------------------------------
@@ -278,34 +268,34 @@ def write(tmp_path, name, data):
     return path
 
 
-def test_regression_tidal_opt_invalid_utf8_op_name(server, tmp_path):
+def test_regression_tidal_opt_invalid_utf8_op_name(fork_server, tmp_path):
     """Fixed in 6c7d4c7. Was: an op name with invalid UTF-8 aborts tidal-opt (SIGABRT: nanobind
     str_from_cstr_and_size conversion error, uncaught C++ exception, from `op.name` in
     tidal/dialects/verifier.py verify_module)"""
     path = write(tmp_path, "utf8.mlir", b'func.func @f() {\n  "test.m\xe9p"() : () -> ()\n  return\n}\n')
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {proc.stderr[-500:]}"
     assert proc.returncode in (0, 1)
     if proc.returncode == 1:
         assert_clean_tool_failure(proc, path)
 
 
-def test_regression_tidal_opt_3000_deep_regions(server, tmp_path):
+def test_regression_tidal_opt_3000_deep_regions(fork_server, tmp_path):
     """Fixed in 6c7d4c7. Was: tidal-opt segfaults (stack overflow in MLIR's recursive parser) on
     more than ~2100 nested regions (1000 is fine): it should refuse with a located error"""
     path = write(tmp_path, "deep.mlir", nested_conds(3000))
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
     if proc.returncode == 1:
         assert_clean_tool_failure(proc, path)
 
 
-def test_regression_tidal_opt_deeply_nested_attribute(server, tmp_path):
+def test_regression_tidal_opt_deeply_nested_attribute(fork_server, tmp_path):
     """Fixed in 6c7d4c7. Was: tidal-opt segfaults on an attribute of 10,000 nested arrays (stack
     overflow in MLIR's attribute parser; 5,000 is fine)"""
     path = write(tmp_path, "arr.mlir", "func.func @f() attributes {x = " + "[" * 10000 + "]" * 10000 + "} {\n"
                  "  return\n}\n")
-    proc = server.run("tidal-opt", str(path))
+    proc = fork_server.run("tidal-opt", str(path))
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
 
 
@@ -340,26 +330,26 @@ TWO_REGION_TIDAL = """func.func @c(%p: tensor<i1>, %x: tensor<4xf32>) -> tensor<
     "torch-shape-refinement-pipeline",
     "torchdynamo-export-to-torch-backend-pipeline",
 ])
-def test_regression_tidal_opt_pass_crashes_on_one_region_tidal_op(server, tmp_path, pipeline):
+def test_regression_tidal_opt_pass_crashes_on_one_region_tidal_op(fork_server, tmp_path, pipeline):
     """Fixed in 6c7d4c7. Was: these MLIR passes segfault on a module holding a one-region tidal op
     (tidal.map/scan/associative_scan: MLIR treats one-region unregistered ops as potential
     symbol tables); tidal-opt's guard only refuses inline and remove-dead-values"""
     path = write(tmp_path, "map.mlir", ONE_REGION_TIDAL)
-    proc = server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
+    proc = fork_server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
     assert proc.returncode >= 0, f"{pipeline}: killed by signal {-proc.returncode}"
 
 
 @pytest.mark.parametrize("pipeline", ["math-extend-to-supported-types", "xegpu-vector-linearize"])
-def test_regression_tidal_opt_pass_crashes_on_any_unregistered_op(server, tmp_path, pipeline):
+def test_regression_tidal_opt_pass_crashes_on_any_unregistered_op(fork_server, tmp_path, pipeline):
     """Fixed in 6c7d4c7. Was: these MLIR passes segfault on ANY unregistered op (tidal.cond with
     two regions, even a region-less 'test.foo'), and tidal-opt does not refuse them"""
     path = write(tmp_path, "cond.mlir", TWO_REGION_TIDAL)
-    proc = server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
+    proc = fork_server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
     assert proc.returncode >= 0, f"{pipeline}: killed by signal {-proc.returncode}"
 
 
 @pytest.mark.parametrize("pipeline", ["inline", "remove-dead-values"])
-def test_regression_tidal_opt_inline_guard_misses_other_unregistered_ops(server, tmp_path, pipeline):
+def test_regression_tidal_opt_inline_guard_misses_other_unregistered_ops(fork_server, tmp_path, pipeline):
     """Fixed in 6c7d4c7. Was: the inline/remove-dead-values guard only looks for tidal.* ops: a
     one-region op of another unregistered dialect (tidal-opt accepts them, e.g. test.*) still
     segfaults the inliner"""
@@ -371,28 +361,28 @@ def test_regression_tidal_opt_inline_guard_misses_other_unregistered_ops(server,
   return %y : tensor<3xf32>
 }
 """)
-    proc = server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
+    proc = fork_server.run("tidal-opt", str(path), f"--pass-pipeline=builtin.module({pipeline})")
     assert proc.returncode >= 0, f"{pipeline}: killed by signal {-proc.returncode}"
 
 
-def test_regression_tidal_opt_unlocated_pass_scheduling_error(server, tmp_path):
+def test_regression_tidal_opt_unlocated_pass_scheduling_error(fork_server, tmp_path):
     """Fixed in 6c7d4c7. Was: tidal-opt prints some MLIR errors without a location: a function-
     level pass at module level gives "error: unable to schedule pass 'AffineLoopUnroll' on a
     PassManager intended to run on 'builtin.module'!" (also 'Invalid chipset name', 'Failure
     while executing pass pipeline')"""
     path = write(tmp_path, "c.mlir", TWO_REGION_TIDAL)
-    proc = server.run("tidal-opt", str(path), "--pass-pipeline=builtin.module(affine-loop-unroll)")
+    proc = fork_server.run("tidal-opt", str(path), "--pass-pipeline=builtin.module(affine-loop-unroll)")
     assert_clean_tool_failure(proc)
 
 
 # -- tidal-compile ------------------------------------------------------------------------------
 
 
-def test_regression_tidal_compile_program_calls_sys_exit(server, tmp_path):
+def test_regression_tidal_compile_program_calls_sys_exit(fork_server, tmp_path):
     """Fixed in 6c7d4c7. Was: a program file that calls sys.exit(0) while being imported makes
     tidal-compile exit 0 with no output and no error (SystemExit is re-raised by main)"""
     path = write(tmp_path, "exits.py", "import sys\n\nsys.exit(0)\n")
-    proc = server.run("tidal-compile", str(path))
+    proc = fork_server.run("tidal-compile", str(path))
     assert_clean_tool_failure(proc, path)
 
 
@@ -400,20 +390,20 @@ def test_regression_tidal_compile_program_calls_sys_exit(server, tmp_path):
     ("missing-model.py", "import torch\n\nexample_inputs = (torch.randn(3),)\n"),
     ("returns-none.py", "import torch\n\n\ndef model(x):\n    x.sin()\n\n\nexample_inputs = (torch.randn(3),)\n"),
 ])
-def test_regression_tidal_compile_unlocated_errors(server, tmp_path, name, text):
+def test_regression_tidal_compile_unlocated_errors(fork_server, tmp_path, name, text):
     """Fixed in 6c7d4c7. Was: tidal-compile errors without FILE:LINE:COL: 'error: F must define
     `model`', 'error: no such file: F', and for a model returning None "error:
     'torch.constant.none' op remains after lowering to linalg" (unclear, names no file)"""
     path = write(tmp_path, name, text)
-    proc = server.run("tidal-compile", str(path))
+    proc = fork_server.run("tidal-compile", str(path))
     assert_clean_tool_failure(proc, path)
 
 
-def test_regression_tidal_compile_keyboard_interrupt_traceback(server, tmp_path):
+def test_regression_tidal_compile_keyboard_interrupt_traceback(fork_server, tmp_path):
     """Was: tidal-compile re-raised KeyboardInterrupt (Ctrl-C or a model raising it) as a traceback."""
     path = write(tmp_path, "ctrl-c.py", "import torch\n\n\ndef model(x):\n    raise KeyboardInterrupt\n\n\n"
                  "example_inputs = (torch.randn(3),)\n")
-    proc = server.run("tidal-compile", str(path))
+    proc = fork_server.run("tidal-compile", str(path))
     assert proc.returncode in (1, 130), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
 

@@ -22,7 +22,6 @@ import textwrap
 
 import pytest
 
-from tool_runner import ForkServer
 
 # name: (model, its inputs); inputs have a 0 dim, which Dynamo keeps static even under dynamic=True
 VIEWS = {
@@ -78,30 +77,22 @@ print("OK")
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ForkServer(tmp_path_factory.mktemp("zero_size")) as s:
-        yield s
-
-
-def _run_in_child(server, cases: dict, dynamic: bool, grad: bool):
+def _run_in_child(fork_server, cases: dict, dynamic: bool, grad: bool):
     listed = ", ".join(f"{name!r}: ({textwrap.dedent(m).strip()}, ({x},))" for name, (m, x) in cases.items())
-    proc = server.run("exec", _CHILD.format(dynamic=dynamic, grad=grad, cases=listed))
-    assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-2000:]}"
-    assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
+    fork_server.exec_ok(_CHILD.format(dynamic=dynamic, grad=grad, cases=listed))
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_views_of_empty_tensors(server, dynamic):
-    _run_in_child(server, VIEWS, dynamic, grad=False)
+def test_views_of_empty_tensors(fork_server, dynamic):
+    _run_in_child(fork_server, VIEWS, dynamic, grad=False)
 
 
-def test_views_of_empty_tensors_under_grad(server):
-    _run_in_child(server, {k: VIEWS[k] for k in ("squeeze_unsqueeze", "view_inferred", "flatten", "cat_all_empty")},
+def test_views_of_empty_tensors_under_grad(fork_server):
+    _run_in_child(fork_server, {k: VIEWS[k] for k in ("squeeze_unsqueeze", "view_inferred", "flatten", "cat_all_empty")},
                   dynamic=True, grad=True)
 
 
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
-def test_loops_over_empty_tensors(server, grad):
+def test_loops_over_empty_tensors(fork_server, grad):
     cases = {k: LOOPS[k] for k in ("while_empty_carry", "scan_empty_steps", "map_empty_rows")} if grad else LOOPS
-    _run_in_child(server, cases, dynamic=not grad, grad=grad)
+    _run_in_child(fork_server, cases, dynamic=not grad, grad=grad)

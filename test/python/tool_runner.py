@@ -91,6 +91,14 @@ class ForkServer:
             [tool, *argv], rc, out.read_bytes(), err.read_bytes().decode(errors="replace")
         )
 
+    def exec_ok(self, code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        """Run a Python snippet in a child; it must end normally and print OK (a signal, such as a
+        native crash, fails with the signal's number and the child's stderr)."""
+        proc = self.run("exec", code, timeout=timeout)
+        assert proc.returncode >= 0, f"the process was killed by signal {-proc.returncode}\n{proc.stderr[-2000:]}"
+        assert proc.returncode == 0 and b"OK" in proc.stdout, proc.stderr[-3000:]
+        return proc
+
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
