@@ -110,9 +110,9 @@ def compile_exported(ep, func_name: str = "main", dump_dir: str | None = None) -
 def native_function(prog, dump_dir: str | None = None, output_aliases: list[str] | None = None):
     """Lower an imported program to native code, or load it from the cache (in memory, on disk).
 
-    `output_aliases` (see `tidal.backends.forwarded_results`) lets the runtime hand out an input
+    `output_aliases` (see `tidal.backends.cpu.forwarded_results`) lets the runtime hand out an input
     or an earlier result where an output is a view of it, instead of a copy."""
-    from tidal.backends.forwarded_results import ALLOWED, forwarded_results
+    from tidal.backends.cpu.forwarded_results import ALLOWED, forwarded_results
     from tidal.runtime import NativeFunction, cache, signature_of
 
     func_name = prog.func_name
@@ -202,7 +202,7 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
     if device == "cuda":
         _device_agnostic(gm)
         return GraphProgram(gpu_function(import_graph_module(gm), dump_dir), plan)
-    from tidal.backends.forwarded_results import output_aliases
+    from tidal.backends.cpu.forwarded_results import output_aliases
 
     return GraphProgram(native_function(import_graph_module(gm), dump_dir, output_aliases(gm)), plan)
 

@@ -153,7 +153,7 @@ def test_a_large_unrolled_program_is_split_into_pieces_and_still_matches(tmp_pat
     # A low limit makes a few-step unrolled loop "large": the pieces then pass memrefs, an index
     # (the int step count) and floats through their frames, and the stacked outputs and final
     # state come back through them.
-    import tidal.backends.split_functions as split
+    import tidal.backends.cpu.split_functions as split
 
     monkeypatch.setattr(split, "DEFAULT_OPS_PER_FUNCTION", 40)
     monkeypatch.setattr(split, "DEFAULT_MIN_OPS", 80)

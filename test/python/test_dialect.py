@@ -50,7 +50,7 @@ def test_every_op_has_one_registration_entry_with_its_rules():
     for name in control_flow:
         rule = op_entry(name).rule("lower-to-scf")
         assert rule is not None and rule.fn.__module__.startswith("tidal.conversion.tidal_to_scf."), name
-    assert op_entry("tidal.aten_call").rule("cpu-aten-call").fn.__module__ == "tidal.backends.aten_runtime"
+    assert op_entry("tidal.aten_call").rule("cpu-aten-call").fn.__module__ == "tidal.backends.cpu.aten_runtime"
 
 
 def test_a_rule_is_attached_once():

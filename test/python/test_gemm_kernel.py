@@ -1,4 +1,4 @@
-"""tidal's own f32 gemm kernel (`tidal/backends/gemm_kernel.py`): values against float64 torch
+"""tidal's own f32 gemm kernel (`tidal/backends/cpu/gemm_kernel.py`): values against float64 torch
 for every edge the tiling has (column tails, row tails, k = 0, padded leading dimensions, A read
 transposed, beta 0 over a C full of NaN), and its use from compiled programs."""
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tidal.backends import gemm_kernel
+from tidal.backends.cpu import gemm_kernel
 
 _ARG_TYPES = [ctypes.c_int8] + [ctypes.c_int64] * 7 + [ctypes.c_float] + [ctypes.c_int64] * 2
 

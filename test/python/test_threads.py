@@ -162,7 +162,7 @@ def softmax_then_columns(x):
 
 
 def attention(q, k, v):
-    """bmm's with B·M·N·K over tidal.backends.blas.PARALLEL_BATCH_MACS: the batch entries' gemms
+    """bmm's with B·M·N·K over tidal.backends.cpu.blas.PARALLEL_BATCH_MACS: the batch entries' gemms
     run on the team (5 entries: uneven chunks; k read transposed)."""
     return torch.softmax(q @ k.transpose(-1, -2) / 8, dim=-1) @ v
 
@@ -204,7 +204,7 @@ def test_large_generics_start_the_team(tmp_path):
 def test_batch_gemms_start_the_team(tmp_path):
     """The entries of attention's two bmm's are one forall each (`_batched_gemm`), outlined onto
     the team: one worker calling the gemm per bmm, besides the softmax's worker."""
-    from tidal.backends.blas import PARALLEL_BATCH_MACS
+    from tidal.backends.cpu.blas import PARALLEL_BATCH_MACS
 
     program, inputs = STRAIGHT_LINE["attention"]()
     assert 5 * 64 * 24 * 40 >= PARALLEL_BATCH_MACS

@@ -27,5 +27,5 @@
 // RUN: tidal-opt --describe-op tidal.aten_call | filecheck %s --check-prefix=ATEN
 // ATEN: tidal.aten_call: an ATen operator called as a library kernel
 // ATEN: rules attached by transformations:
-// ATEN-NEXT: cpu-aten-call {{ +}}tidal.backends.aten_runtime.lower_aten_call (python/tidal/backends/aten_runtime.py:{{[0-9]+}})
+// ATEN-NEXT: cpu-aten-call {{ +}}tidal.backends.cpu.aten_runtime.lower_aten_call (python/tidal/backends/cpu/aten_runtime.py:{{[0-9]+}})
 // ATEN-NEXT: (no rule from: autodiff, lower-to-scf)

@@ -8,7 +8,7 @@ Two kinds of ops take this path, at the torch level (loop bodies included):
   `torch.operator` (an op torch-mlir does not know, e.g. PyTorch's fused transformer fast path).
 Each becomes ONE op naming the operator and overload, its non-tensor arguments as attributes
 (`tidal.dialects.aten_call`), so the native code calls ATen's dispatcher through the stable C ABI
-(`tidal.backends.aten_runtime`). An op whose arguments cannot be encoded (a `Scalar`, a size
+(`tidal.backends.cpu.aten_runtime`). An op whose arguments cannot be encoded (a `Scalar`, a size
 computed at run time) stays as it is: torch-mlir lowers it, or tidal reports it.
 """
 

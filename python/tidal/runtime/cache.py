@@ -56,7 +56,7 @@ def cache_key(linalg_ir: str, func_name: str, pipeline: str) -> str:
     from tidal import __version__
 
     h = hashlib.sha256()
-    from tidal.backends import gemm_kernel
+    from tidal.backends.cpu import gemm_kernel
 
     gemm = f"gemm_kernel={gemm_kernel.wanted()}"  # TIDAL_GEMM changes the code, not the IR
     for part in (str(CACHE_FORMAT), __version__, torch.__version__, _compiler_fingerprint(), gemm, pipeline, func_name, linalg_ir):

@@ -4,7 +4,7 @@ fusion, conds with elementwise branches turned into device-side selects, reducti
 operand merged into one) is `tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes
 their text, `triton_compile.py` compiles them (no GPU needed to compile for a target)."""
 
-import tidal.backends.blas  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
+import tidal.backends.contractions  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
 import tidal.backends.gpu.cond_select  # noqa: F401  (registers tidal-cond-to-select)
 import tidal.backends.gpu.sibling_reductions  # noqa: F401  (registers tidal-fuse-sibling-reductions)
 from tidal.passes.registry import tidal_pipeline

@@ -111,7 +111,7 @@ def _needed_results(op, body: ir.Block, k: int) -> list[bool]:
 
 
 def _max_threads(op) -> ir.FlatSymbolRefAttr:
-    from tidal.backends.threads import ensure_runtime_decl
+    from tidal.backends.cpu.threads import ensure_runtime_decl
 
     module = op
     while module.name != "builtin.module":

@@ -257,7 +257,7 @@ def _parallelize(group: _Group, max_threads: ir.FlatSymbolRefAttr) -> None:
 
 @tidal_pass("tidal-parallelize-generics", "Large top-level generics split along d0 into an scf.forall over the threads")
 def parallelize_generics(module_op):
-    from tidal.backends.threads import ensure_runtime_decl
+    from tidal.backends.cpu.threads import ensure_runtime_decl
 
     work = []
     for fn in module_op.regions[0].blocks[0].operations:

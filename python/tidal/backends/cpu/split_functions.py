@@ -20,7 +20,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import func, llvm
 
-from tidal.backends.threads import from_field, llvm_field_type, to_field
+from tidal.backends.cpu.threads import from_field, llvm_field_type, to_field
 from tidal.passes.registry import tidal_pass
 
 DEFAULT_OPS_PER_FUNCTION = 2000

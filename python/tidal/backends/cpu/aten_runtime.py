@@ -27,8 +27,8 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import bufferization, func
 
-from tidal.backends.blas import bmm_as_batch_matmul
-from tidal.backends.transpose_tiles import permuted
+from tidal.backends.cpu.blas import bmm_as_batch_matmul
+from tidal.backends.cpu.transpose_tiles import permuted
 from tidal.dialects import declare_transformation
 from tidal.dialects.aten_call import NAME as ATEN_CALL
 from tidal.dialects.aten_call import is_none, is_operand_ref

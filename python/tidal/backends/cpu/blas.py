@@ -9,7 +9,6 @@ loops.
 
 from __future__ import annotations
 
-import itertools
 import re
 
 from torch_mlir import ir
@@ -146,7 +145,7 @@ _BLAS_CALL = """func.call @tidal_sgemm_blas(%ta, %tb, %m, %n, %k, %a, %lda, %b, 
 def _shim_text(gemm: str, elt: str, b_transposed: frozenset = frozenset({False, True})) -> str:
     """The row-major gemm shim; for f32 with tidal's kernel wanted, its dispatch and the kernel's
     variants for the ways this module's calls read B (`b_transposed`)."""
-    from tidal.backends import gemm_kernel
+    from tidal.backends.cpu import gemm_kernel
 
     blas = _SHIM.format(gemm=gemm, elt=elt)
     if elt != "f32" or not gemm_kernel.wanted():
@@ -299,7 +298,7 @@ def _batched_gemm(module_op, shim: str, flags, beta, a, b, c, a_transposed: bool
     gemm is not in the Fortran API torch exports; per-entry calls of these sizes run as fast per
     FLOP). With more than one thread allowed and `PARALLEL_BATCH_MACS` of work, the entries are an
     `scf.forall` that `tidal-forall-to-threads` starts on the team, else a sequential loop."""
-    from tidal.backends.threads import ensure_runtime_decl
+    from tidal.backends.cpu.threads import ensure_runtime_decl
 
     index = ir.IndexType.get()
     operands = (a, b, c)
@@ -335,56 +334,6 @@ def _batched_gemm(module_op, shim: str, flags, beta, a, b, c, a_transposed: bool
             gemm(loop.induction_variable)
             scf.YieldOp([])
         scf.YieldOp([])
-
-
-# Elementwise fusion (`linalg-fuse-elementwise-ops`) folds the reshapes around a named contraction
-# into it, generalizing it into a higher-rank generic that neither BLAS nor cuBLAS receives (a
-# matmul of [T·B, H] views becomes naive loops). The contractions step aside while it runs: each
-# moves into a holder module, an opaque placeholder keeps its operands and uses, and it comes back
-# in the placeholder's place (with whatever operands fusion left it).
-CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.vecmat", "linalg.dot")
-_hidden: dict[int, tuple] = {}
-_hidden_ids = itertools.count(1)
-_HIDDEN_ATTR = "tidal.hidden_contractions"
-
-
-@tidal_pass("tidal-hide-contractions", "Move named contractions out of the way of elementwise fusion (see tidal-restore-contractions)")
-def hide_contractions(module_op):
-    from tidal.passes.registry import ops_named
-
-    with module_op.context, module_op.location:
-        holder = ir.Module.create()
-        with ir.InsertionPoint(holder.body):
-            anchor = ir.Operation.create("hidden.anchor")
-        pairs = []
-        for op in ops_named(module_op, CONTRACTIONS):
-            with ir.InsertionPoint(op), op.location:
-                placeholder = ir.Operation.create(
-                    "hidden.contraction", results=[r.type for r in op.results], operands=list(op.operands)
-                )
-            for old, new in zip(op.results, placeholder.results):
-                old.replace_all_uses_with(new)
-            op.move_before(anchor)
-            pairs.append((op, placeholder))
-        key = next(_hidden_ids)
-        _hidden[key] = (holder, anchor, pairs)
-        module_op.attributes[_HIDDEN_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), key)
-
-
-@tidal_pass("tidal-restore-contractions", "Put back the contractions tidal-hide-contractions moved aside")
-def restore_contractions(module_op):
-    if _HIDDEN_ATTR not in module_op.attributes:
-        return
-    key = ir.IntegerAttr(module_op.attributes[_HIDDEN_ATTR]).value
-    del module_op.attributes[_HIDDEN_ATTR]
-    _holder, _anchor, pairs = _hidden.pop(key)
-    for op, placeholder in pairs:
-        op.move_before(placeholder)
-        for i, v in enumerate(placeholder.operands):
-            op.operands[i] = v
-        for old, new in zip(placeholder.results, op.results):
-            old.replace_all_uses_with(new)
-        placeholder.erase()
 
 
 def _maps(transpose_a: bool, transpose_b: bool) -> list:

@@ -44,7 +44,7 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects.transform import interpreter
 
-from tidal.backends.parallel_generics import MIN_ELEMENTS
+from tidal.backends.cpu.parallel_generics import MIN_ELEMENTS
 from tidal.passes.registry import map_dims, ops_named, tidal_pass
 
 TILE = 16
