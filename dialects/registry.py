@@ -29,6 +29,10 @@ class Rule:
 
     @property
     def where(self) -> str:
+        return self.location()
+
+    def location(self, line_numbers: bool = True) -> str:
+        """`module.qualname (path:line)`; without the line when `line_numbers` is false."""
         fn = inspect.unwrap(self.fn)
         name = f"{fn.__module__}.{fn.__qualname__}"
         try:
@@ -36,7 +40,7 @@ class Rule:
             line = inspect.getsourcelines(fn)[1]
         except (OSError, TypeError):
             return name
-        return f"{name} ({_display_path(path)}:{line})"
+        return f"{name} ({_display_path(path)}{f':{line}' if line_numbers else ''})"
 
 
 @dataclass
@@ -64,8 +68,12 @@ class OpEntry:
     def rule(self, transformation: str) -> Rule | None:
         return self.rules.get(transformation)
 
-    def describe(self) -> str:
-        """The op's definition and every transformation's rule for it (`--describe-op`)."""
+    def describe(self, line_numbers: bool = True) -> str:
+        """The op's definition and every transformation's rule for it (`--describe-op`).
+
+        `line_numbers=False` leaves the lines out of the locations (docs/dialect.md, see
+        `tidal.tools.tidal_opt.describe_dialect`).
+        """
         body = self.doc.strip().split("\n", 1)[1] if "\n" in self.doc.strip() else ""
         lines = [f"{self.name}: {self.summary}", "", *("  " + ln if ln else "" for ln in body.strip("\n").splitlines())]
         for title, pairs in (
@@ -77,11 +85,11 @@ class OpEntry:
             lines += ["", f"{title}:"]
             lines += [f"  {name:14s} {text}" for name, text in pairs] or ["  (none)"]
         lines += ["", "defined by the dialect:"]
-        lines += [f"  {'verifier':14s} {Rule('verify', self.verify).where}"]
-        lines += [f"  {'builder':14s} {Rule('build', self.build).where}"]
+        lines += [f"  {'verifier':14s} {Rule('verify', self.verify).location(line_numbers)}"]
+        lines += [f"  {'builder':14s} {Rule('build', self.build).location(line_numbers)}"]
         lines += ["", "rules attached by transformations:"]
-        lines += [f"  {name:14s} {rule.where}" for name, rule in sorted(self.rules.items())] or ["  (none)"]
-        absent = [t.name for t in all_transformations() if t.name not in self.rules]
+        lines += [f"  {name:14s} {rule.location(line_numbers)}" for name, rule in sorted(self.rules.items())] or ["  (none)"]
+        absent = sorted(t.name for t in all_transformations() if t.name not in self.rules)
         if absent:
             lines.append(f"  (no rule from: {', '.join(absent)})")
         return "\n".join(lines)

@@ -134,6 +134,57 @@ def describe_op(name: str) -> int:
     return 0
 
 
+DIALECT_DOC = "docs/dialect.md"
+DESCRIBE_DIALECT_COMMAND = f"tidal-opt --describe-dialect -o {DIALECT_DOC}"
+
+
+def describe_dialect() -> str:
+    """The tidal dialect's op reference, docs/dialect.md: every registered op's `--describe-op` text.
+
+    Regenerate the page from the repository root with `tidal-opt --describe-dialect -o
+    docs/dialect.md` (test/python/test_docs.py fails while the committed page differs). The text
+    is deterministic, so the comparison means something: ops and transformations sorted by name,
+    paths relative to the project root (`dialects/scan.py`), and locations without line numbers
+    (`tidal.dialects.scan.verify_scan (dialects/scan.py)`): the qualified name already pins the
+    function, and line numbers would make the page stale on every edit above a rule in its file.
+    It still goes stale when a rule, an op's documentation or a file's path changes (a moved
+    module, a renamed function); that is what regenerating is for.
+    """
+    import tidal.init_all  # noqa: F401  (registers every pass, pipeline and op rule)
+    from tidal.dialects import YIELD, all_ops, all_transformations
+    from tidal.dialects.registry import Rule
+    from tidal.dialects.verifier import _verify_yield
+
+    ops = sorted(all_ops(), key=lambda e: e.name)
+    lines = [
+        "# The tidal dialect: op reference",
+        "",
+        "Generated from the op registry (`dialects/registry.py`); do not edit. Change the op's module",
+        "or the rule, then regenerate the page from the repository root:",
+        "",
+        f"    {DESCRIBE_DIALECT_COMMAND}",
+        "",
+        "`test/python/test_docs.py` fails while the page is stale (after a rule or a file moves, too).",
+        "",
+        "Each section is what `tidal-opt --describe-op NAME` prints, with locations given without",
+        "line numbers: the op's definition (syntax, operands, attributes, regions, results), the",
+        "dialect's verifier and builder, and the rule every transformation attached to it.",
+        f"`{YIELD}` terminates every region of these ops; it has no entry of its own (checked by",
+        f"`{Rule('verify', _verify_yield).location(line_numbers=False)}` and by each op's verifier).",
+        "",
+        "Ops:",
+        "",
+        *(f"- [`{e.name}`](#{e.name.replace('.', '')}): {e.summary}" for e in ops),
+        "",
+        "Transformations (each attaches per-op rules from its own package):",
+        "",
+        *(f"- `{t.name}`: {t.summary}" for t in sorted(all_transformations(), key=lambda t: t.name)),
+    ]
+    for entry in ops:
+        lines += ["", f"## {entry.name}", "", "```", entry.describe(line_numbers=False), "```"]
+    return "\n".join(lines) + "\n"
+
+
 def process_chunk(chunk: Chunk, source_name: str, args, ctx) -> tuple[str | None, list[Diagnostic]]:
     """Parse, verify, run the pipeline, print. Returns (output or None, diagnostics)."""
     from torch_mlir import ir
@@ -239,10 +290,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="print a tidal op's definition and the rule each transformation registered for it",
     )
+    p.add_argument(
+        "--describe-dialect",
+        action="store_true",
+        help=f"print every tidal op's --describe-op text as markdown (`{DESCRIBE_DIALECT_COMMAND}`)",
+    )
     args = p.parse_args(argv)
 
     if args.list_passes:
         print(list_passes())
+        return 0
+    if args.describe_dialect:
+        text = describe_dialect()
+        if args.output == "-":
+            sys.stdout.write(text)
+        else:
+            with open(args.output, "w") as f:
+                f.write(text)
         return 0
     if args.describe_op:
         return describe_op(args.describe_op)
