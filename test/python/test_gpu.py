@@ -395,7 +395,7 @@ def test_split_reductions_fold_on_the_device_at_every_call(init, monkeypatch):
     the next launch: 20 calls (CUDA graph replays after the second) over new values in the same
     buffers, with many row blocks of many splits (row sums of [64, 300000]), one row block of
     1056 splits (a full sum) and NaNs; the initial value as a literal or read from the fill."""
-    import tidal.backends.gpu.program as gpu_program
+    import tidal.backends.gpu.plan as gpu_program
 
     if init == "loaded":
         monkeypatch.setattr(gpu_program, "_folded_fill_literal", lambda value: None)
@@ -588,13 +588,13 @@ def test_kernel_build_failure_is_the_eager_fallback(monkeypatch, strict):
     """A Triton kernel that fails to build (at the first call, where the GPU program builds its
     kernels) is the eager fallback with one warning naming the user's line, or strict mode's
     TidalCompileError; never an exception escaping from the call (issue #40)."""
-    import tidal.backends.gpu.program
+    import tidal.backends.gpu.launch
     from tidal.dynamo import TidalCompileError, TidalFallbackWarning
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected: triton could not compile the kernel")
 
-    monkeypatch.setattr(tidal.backends.gpu.program, "compile_kernel", broken)
+    monkeypatch.setattr(tidal.backends.gpu.launch, "compile_kernel", broken)
     line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.endswith("# GPU_FAULT_LINE"))
     xs, w = torch.randn(6, 4, 8, device="cuda"), torch.randn(8, 8, device="cuda") / 3
     torch._dynamo.reset()

@@ -55,7 +55,7 @@ def test_long_associative_scan_is_one_look_back_kernel():
     per step (acquire atomics on a vector of flags, volatile record loads, one segmented
     `tt.scan` restarting at the nearest inclusive prefix)."""
     from tidal.backends.gpu import kernels as K
-    from tidal.backends.gpu.program import _lookback_window, _ScanPlan
+    from tidal.backends.gpu.variants import _lookback_window, _ScanPlan
 
     assert _ScanPlan(1 << 20, 16, [4, 4]).key == ("lookback", 512, 16) and _lookback_window(16) == 32
     assert _ScanPlan(256, 16, [4, 4]).form == "scan"
@@ -311,7 +311,7 @@ def test_split_reduction_folds_its_partials_in_its_last_program(monkeypatch):
     ATen reduction, binary op or fill kernel after the reduction. The initial values of a
     reduction whose out is a constant fill are a literal in the kernel; other outs are read."""
     import torch
-    import tidal.backends.gpu.program as gpu_program
+    import tidal.backends.gpu.plan as gpu_program
 
     program = _traced_gpu_program(cond_clamp, torch.randn(256, 256))
     reduce = program.kernels_for_emit()[0]
@@ -368,7 +368,7 @@ def test_the_flat_variant_needs_contiguous_aligned_operands():
     gets the strided kernel, a numel not a multiple of 16 the flat one without the promise."""
     import torch
 
-    from tidal.backends.gpu.program import _layout
+    from tidal.backends.gpu.variants import _layout
 
     assert _layout([True], [torch.empty(64, 32)], 2048) == (True, True)
     assert _layout([True], [torch.empty(64, 32)], 2047) == (True, False)
@@ -413,7 +413,7 @@ def test_a_tensor_past_32_bit_offsets_is_refused_with_its_source_line():
     Meta tensors: shapes and strides without memory."""
     import torch
 
-    from tidal.backends.gpu.program import _launch
+    from tidal.backends.gpu.launch import _launch
     from tidal.diagnostics import TidalUnsupported
 
     launched = []

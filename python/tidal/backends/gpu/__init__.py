@@ -1,8 +1,10 @@
 """GPU backend: linalg-level tidal programs as Triton kernels (TTIR text, compiled by triton 3.6)
-launched on CUDA tensors by a host plan (`program.py`). The tensor-level preparation (elementwise
-fusion, conds with elementwise branches turned into device-side selects, reductions over one
-operand merged into one) is `tidal-gpu-prepare`; `kernels.py` makes the kernels, `ttir.py` writes
-their text, `triton_compile.py` compiles them (no GPU needed to compile for a target)."""
+launched on CUDA tensors by a host plan (`program.py`, the entry: the plan `plan.py` and its
+kernel variants `variants.py`, launches `launch.py`, CUDA graphs `capture.py`). The tensor-level
+preparation (elementwise fusion, conds with elementwise branches turned into device-side selects,
+reductions over one operand merged into one) is `tidal-gpu-prepare`; `kernels.py` makes the
+kernels, `ttir.py` writes their text, `triton_compile.py` compiles them (no GPU needed to compile
+for a target)."""
 
 import tidal.backends.contractions  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
 import tidal.backends.gpu.cond_select  # noqa: F401  (registers tidal-cond-to-select)

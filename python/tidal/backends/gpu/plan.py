@@ -1,43 +1,39 @@
-"""A linalg-level tidal program run on a CUDA device: Triton kernels and a host plan around them.
+"""The host plan of a GPU program: each op of the lowered function becomes a step, a closure that
+reads its operands from an environment and writes its results.
 
-The plan is built once per program: each op of the function becomes a step. `linalg.generic`
-becomes a Triton kernel (`kernels.py`); an elementwise `tidal.associative_scan` becomes one
-`tt.scan` kernel, its whole length on the device; a `while` with an elementwise body and a 0-d
-condition is one kernel with the loop inside. Matmul-likes, views, slices, concatenation and
-allocation are ATen calls on the same stream (cuBLAS for the matmuls). The other control-flow ops
-run as host loops launching their bodies' steps: `scan` and `map` know their trip count and never
-synchronize; any other `while` reads its predicate once per iteration and a `cond` whose branches
-are not elementwise reads its predicate once (elementwise ones became selects before the plan).
+`linalg.generic` becomes a Triton kernel (`kernels.py`); an elementwise `tidal.associative_scan`
+becomes one `tt.scan` kernel, its whole length on the device; a `while` with an elementwise body
+and a 0-d condition is one kernel with the loop inside. Matmul-likes, views, slices,
+concatenation and allocation are ATen calls on the same stream (cuBLAS for the matmuls). The other
+control-flow ops run as host loops launching their bodies' steps: `scan` and `map` know their trip
+count and never synchronize; any other `while` reads its predicate once per iteration and a `cond`
+whose branches are not elementwise reads its predicate once (elementwise ones became selects
+before the plan).
 
-A program that never reads a device value on the host is captured as a CUDA graph the second
-time a set of input buffers and shapes comes, and replayed whenever it comes again (buffers new at
-every call, as a training step's activations, never pay for a capture) (one launch, no Python per
-step). A replay hands out the graph's own outputs (as aliases), never overwriting ones still held:
-while the caller holds a replay's results, a second capture serves (`_Capture`).
-`TIDAL_CUDA_GRAPHS=0` turns this off.
+The plan is built once per program (`PlanBuilder`); which kernel variant a step launches is
+`variants.py`, how it launches and reads on the host is `launch.py`.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 
 import torch
 from torch_mlir import ir
 
 from tidal.backends.gpu import kernels as K
+from tidal.backends.gpu.launch import _launch, _NeedsTheHost, _operand_args
 from tidal.backends.gpu.row_scan import row_scan_kernel
-from tidal.backends.gpu.triton_compile import compile_kernel
 from tidal.backends.gpu.ttir import element_type
+from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _layout,
+                                         _lookback_window, _next_pow2, _prod, _ScanPlan, _variant_name, _Variants)
 from tidal.diagnostics import TidalError, TidalUnsupported
+
 
 _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
            "ui8": torch.uint8}
 _DYNAMIC = -(2**63)
-GRAPHS_PER_PROGRAM = 8  # sets of input buffers and shapes with CUDA graphs kept per program
-CAPTURES_PER_GRAPH = 2  # graphs per set: while `y = f(x)` holds one's results, the other replays
 
 
 def _tensor_type(value) -> ir.RankedTensorType:
@@ -51,8 +47,7 @@ def _dtype(value) -> torch.dtype:
 class _Plan:
     """Steps of one block: each `step(env)` reads its operands from `env` and writes its results."""
 
-    def __init__(self, program: GpuProgram, block: ir.Block):
-        self.program = program
+    def __init__(self, builder: PlanBuilder, block: ir.Block):
         self.steps = []
         self.ops = []
         self.yielded: list = []
@@ -60,7 +55,7 @@ class _Plan:
             if op.operation.name in ("tidal.yield", "linalg.yield", "func.return", "scf.yield"):
                 self.yielded = list(op.operands)
                 continue
-            self.steps.append(program.step_for(op))
+            self.steps.append(builder.step_for(op))
             self.ops.append(op)
 
     def run(self, env: dict, args: list | None = None, block: ir.Block | None = None) -> list:
@@ -77,255 +72,22 @@ class _Plan:
         return [env[v] for v in self.yielded]
 
 
-class _Variants:
-    """The kernels of one op, one per variant key (block sizes, layout): made when first asked for
-    (and then listed for --emit), compiled at their first launch."""
-
-    def __init__(self, program: GpuProgram, make):
-        self.program, self.make, self.entries = program, make, {}
-
-    def kernel(self, key: tuple):
-        if key not in self.entries:
-            kernel = self.make(*key)
-            self.program.kernels.append(kernel)
-            self.entries[key] = kernel
-        return self.entries[key]
-
-    def compiled(self, key: tuple):
-        return self.program.compiled(self.kernel(key))
-
-
-def _layout(flat_reads, tensors, count: int) -> tuple[bool, bool]:
-    """(flat, aligned) kernel variant for these operands: flat when the op has a flat variant and
-    every operand it reads at flat positions is contiguous and 16-byte aligned (vector loads);
-    aligned when the flat loop's length `count` is also a multiple of 16. No tensors (--emit at
-    static shapes): as if contiguous."""
-    flat = flat_reads is not None and all(t.is_contiguous() and t.data_ptr() % 16 == 0
-                                          for t, reads in zip(tensors, flat_reads) if reads)
-    return flat, flat and count % 16 == 0
-
-
-def _variant_name(name: str, flat: bool, aligned: bool) -> str:
-    return name + ("_flat" if flat else "") + ("16" if aligned else "")
-
-
-class _Capture:
-    """A CUDA graph of the plan and its results, which every replay rewrites in place. A result
-    nothing else holds (not an input, a constant, another result, nor a view of one) is handed
-    out as an alias, not a copy (a copy of a 64 MiB result costs as much as the kernel making
-    it); the graph replays only when no alias handed out is alive (its memory held by the result
-    alone again). Other results are handed out as copies. A result that views a buffer of the
-    plan nothing else holds (a reshape of a kernel's output) owns that memory itself."""
-
-    def __init__(self, graph, outs: list, inputs: list):
-        outs[:] = [_unviewed(o) for o in outs]  # in place: the views go with the only list holding them
-        self.graph, self.outs = graph, outs
-        self.inputs = inputs  # the GPU tensors made of host values are read by every replay
-        self.owned = [_held_by_result_alone(outs, i) for i in range(len(outs))]
-
-    def replayable(self) -> bool:
-        return all(_storage_users(o) == 1 for o, owned in zip(self.outs, self.owned) if owned)
-
-    def replay(self) -> list:
-        self.graph.replay()
-        return [o.detach() if owned else o.clone() if isinstance(o, torch.Tensor) else o
-                for o, owned in zip(self.outs, self.owned)]
-
-
-def _unviewed(value):
-    """A view as a tensor of its own over the same memory, no longer keeping its base alive (the
-    base then goes unless something else holds it)."""
-    if not isinstance(value, torch.Tensor) or value._base is None:
-        return value
-    alone = torch.empty(0, dtype=value.dtype, device=value.device)
-    return alone.set_(value.untyped_storage(), value.storage_offset(), value.shape, value.stride())
-
-
-def _storage_users(t: torch.Tensor) -> int:
-    """Tensors (views included) holding `t`'s memory."""
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1  # less the probe's own reference
-
-
-def _held_by_result_alone(outs: list, i: int) -> bool:
-    """`outs[i]` is a tensor that only `outs` refers to (on the Python side: the list and this
-    call's argument), no view of another tensor, and the only tensor holding its memory."""
-    return (isinstance(outs[i], torch.Tensor) and sys.getrefcount(outs[i]) == 2 and outs[i]._base is None
-            and _storage_users(outs[i]) == 1)
-
-
-def _input_key(t) -> tuple:
-    """What a CUDA graph captured for this argument depends on: a GPU tensor's buffer and layout,
-    a host value itself (a 0-d CPU tensor: a dynamic size the plan reads on the host)."""
-    if isinstance(t, torch.Tensor):
-        if t.device.type == "cpu":
-            return ("host", t.dtype, t.item() if t.dim() == 0 else tuple(t.flatten().tolist()))
-        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
-    return ("value", t)
-
-
-_UNKNOWN = object()
-
-
-class _NeedsTheHost(Exception):
-    """A step reads a device value on the host (a predicate, an extracted scalar): the program
-    cannot be captured as a CUDA graph. `op` is the op whose step reads."""
-
-    op = None
-
-
-def _host_read_refused(op) -> TidalError:
-    """The error for a call inside the caller's CUDA graph capture that must read on the host."""
-    name = op.operation.name if op is not None else "a step"
-    what = {"tidal.cond": "this cond reads its predicate on the host (its branches are not cheap "
-                          "enough to run both on the device and select)",
-            "tidal.while": "this while_loop reads its condition on the host at every iteration"}.get(
-        name, f"'{name}' reads a GPU value on the host")
-    return TidalError(f"{what}, which a CUDA graph being captured cannot contain: call the compiled "
-                      "function outside the capture", op.location if op is not None else None)
-
-
 def _slices(offsets, sizes, strides):
     return tuple(slice(o, o + (s - 1) * st + 1, st) if s > 0 else slice(o, o) for o, s, st in zip(offsets, sizes, strides))
 
 
-class GpuProgram:
-    """Call with CUDA tensors (the program's inputs, in order); returns its results."""
+class PlanBuilder:
+    """Makes the step of each op (`step_for`) and keeps every kernel it made (`kernels`, what
+    --emit prints). Steps launch kernels and read device values on the host through the two
+    callables of the call running them (`launch.Launcher`): `compiled(kernel)` for the GPU this
+    call runs on, `on_host(value)` knowing the values the call's arguments came from."""
 
-    def __init__(self, module: ir.Module, func_name: str = "main", keep_alive=None):
-        self.module = module
-        self.keep_alive = keep_alive  # the imported program: its context owns every op the plan holds
+    def __init__(self, module: ir.Module, compiled, on_host):
+        self.module = module  # its resources hold the dense_resource constants
+        self.compiled, self._on_host = compiled, on_host
         self._resources = None
         self._kernel_count = 0
-        func = next(op for op in module.body.operations if op.operation.name == "func.func"
-                    and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
-        self.block = func.regions[0].blocks[0]
         self.kernels: list = []  # every Kernel made, in order: what --emit prints
-        self.plan = _Plan(self, self.block)
-        self._graphs: dict = {}
-        self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
-        self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
-        self._loaded: dict = {}  # (kernel, device) -> its CompiledKernel (a CUDA module is per device)
-        self.device = None  # the GPU the current call runs on
-        self._host_values: dict = {}  # id of a GPU argument made of a host value -> that value
-
-    def compiled(self, kernel):
-        """`kernel` compiled and loaded for the GPU this call runs on."""
-        key = (id(kernel), self.device)
-        compiled = self._loaded.get(key)
-        if compiled is None:
-            compiled = self._loaded[key] = compile_kernel(kernel, device=self.device)
-        return compiled
-
-    def __call__(self, *tensors):
-        device = next((t.get_device() for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), -1)
-        if device < 0:
-            device = torch.cuda.current_device()
-        # the inputs' GPU, whichever is current: every allocation, constant, launch and capture
-        # below goes to the current device and its current stream
-        with torch.cuda._DeviceGuard(device):
-            self.device = device
-            return self._run(tensors)
-
-    def _run(self, tensors):
-        if torch.cuda.is_current_stream_capturing():
-            return self._run_in_callers_capture(tensors)
-        if not self._graphs_enabled:
-            return self._run_plan(self._device_args(tensors))
-        key = tuple(_input_key(t) for t in tensors)
-        captures = self._graphs.get(key)
-        if captures is None:
-            args = self._device_args(tensors)
-            outs = self._run_plan(args)  # compiles the kernels; its results are this call's
-            if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
-                capture = self._capture(args)
-                self._graphs[key] = [capture] if capture else False
-                while len(self._graphs) > GRAPHS_PER_PROGRAM:
-                    self._graphs.pop(next(iter(self._graphs)))
-            else:
-                self._seen[key] = None
-                while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
-                    self._seen.pop(next(iter(self._seen)))
-            return outs
-        if captures is False:  # not capturable at these inputs
-            return self._run_plan(self._device_args(tensors))
-        ready = next((c for c in captures if c.replayable()), None)
-        if ready is not None:
-            return ready.replay()
-        # every capture's results are still held by the caller: a replay would overwrite them
-        args = self._device_args(tensors)
-        outs = self._run_plan(args)
-        if len(captures) < CAPTURES_PER_GRAPH:
-            captures.append(self._capture(args))  # the plan captured once already: it needs no host read
-        return outs
-
-    def _run_plan(self, args: list) -> list:
-        return self.plan.run({}, args, self.block)
-
-    def _device_args(self, tensors) -> list:
-        """The call's arguments on the GPU. A 0-d CPU tensor (a size or Python number the boundary
-        made a tensor: Dynamo's dynamic sizes) becomes a GPU tensor made by a fill, its value kept
-        on the host too (`_on_host` reads it there: no copy back, no synchronization, and legal
-        in a capture, whose key holds the value). Copying it in and reading it back took a GPU
-        call with a dynamic dim from 23 to 184 us (cond_clamp, H100): two synchronizations per
-        size, and never a CUDA graph."""
-        args, host = [], {}
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                if t.dim() == 0:
-                    value = t.item()
-                    t = torch.full((), value, dtype=t.dtype, device=self.device)
-                    host[id(t)] = value
-                elif torch.cuda.is_current_stream_capturing():
-                    raise TidalError("a CPU tensor argument would be copied to the GPU inside a CUDA graph being "
-                                     "captured, which a capture cannot contain: pass it on the GPU")
-                else:
-                    t = t.cuda(self.device)
-            args.append(t)
-        self._host_values = host
-        return args
-
-    def _on_host(self, value):
-        """A value on the host: a GPU tensor is read back (one synchronization; refused while a
-        CUDA graph captures) unless `_device_args` made it from a host value."""
-        if isinstance(value, torch.Tensor):
-            known = self._host_values.get(id(value), _UNKNOWN)
-            if known is not _UNKNOWN:
-                return known
-            if torch.cuda.is_current_stream_capturing():
-                raise _NeedsTheHost
-            return value.item()
-        return value
-
-    def _run_in_callers_capture(self, tensors):
-        """A call inside a CUDA graph the caller captures (`torch.cuda.graph` around the compiled
-        function): the plan's launches go into the caller's graph. A graph of tidal's own cannot
-        be replayed there, and a step that reads on the host cannot run there: a clear error."""
-        args = self._device_args(tensors)
-        try:
-            return self._run_plan(args)
-        except _NeedsTheHost as exc:
-            raise _host_read_refused(exc.op) from None
-
-    def _capture(self, args):
-        """The whole plan as one CUDA graph over these input buffers (replayed when the same
-        buffers come again: no Python per step, one launch), or False when a step needs the host
-        (a predicate read, a scalar copied in) — then this program never tries again."""
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.cuda.stream(side):
-                self._run_plan(args)  # warm up on the capturing stream
-            torch.cuda.current_stream().wait_stream(side)
-            # on a stream of this device: torch.cuda.graph's default capture stream is made once,
-            # on the device current at the first capture in the process, and a capture on it
-            # switched later programs on another GPU to that one
-            with torch.cuda.graph(graph, stream=side):
-                static_outs = self._run_plan(args)
-        except _NeedsTheHost:
-            self._graphs_enabled = False
-            return False
-        return _Capture(graph, static_outs, args)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -928,46 +690,6 @@ class GpuProgram:
 
         return step
 
-    def kernels_for_emit(self) -> list:
-        """Every kernel the program makes, for printing without a GPU (those that depend on sizes:
-        at the program's static shapes)."""
-        return list(self.kernels)
-
-
-def _launch(compiled, grid, args: list, op) -> None:
-    """`compiled` on `grid`. Every kernel indexes its tensors with 32-bit offsets: a tensor whose
-    last element lies 2^31 or more elements past its first is refused, with the op's source
-    line, rather than indexed wrapped around (there are no 64-bit offset variants yet)."""
-    for a in args:
-        if isinstance(a, torch.Tensor) and _span(a) > _INT32_MAX:
-            raise TidalUnsupported(
-                f"GPU backend: a tensor of shape {list(a.shape)} and strides {list(a.stride())} spans 2^31 elements or "
-                "more; tidal's GPU kernels index with 32-bit offsets (split the work, or run this graph on the CPU)",
-                op.location)
-    compiled[grid](*args)
-
-
-_INT32_MAX = 2**31 - 1
-
-
-def _span(t: torch.Tensor) -> int:
-    """Elements from a tensor's first to its last, both counted (0 when empty)."""
-    n = t.numel()
-    if n == 0 or (n <= _INT32_MAX and t.is_contiguous()):
-        return n
-    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-
-def _operand_args(inputs, captured, captured_scalar, env, on_host) -> list:
-    """Kernel arguments of a generic's inputs and of the values its body reads from above: each
-    tensor as its pointer and strides, each scalar as a Python number."""
-    args = []
-    for t in inputs:
-        args += [t, *t.stride()]
-    for v, scalar in zip(captured, captured_scalar):
-        t = env[v]
-        args += [on_host(t)] if scalar else [t, *t.stride()]
-    return args
-
 
 def _folded_fill_literal(value) -> str | None:
     """The constant of `value = linalg.fill(arith.constant)` as a TTIR literal when every use of
@@ -1005,65 +727,3 @@ def _scalar_literal(text: str):
             return struct.unpack("<d", struct.pack("<Q", bits))[0] if ty == "f64" else struct.unpack("<f", struct.pack("<I", bits))[0]
         return float(literal)
     return int(literal, 0)
-
-
-# A look-back chunk: a register tile of at most this many bytes of the scan's inputs (and at most
-# 8192 elements: past that the registers ran out). [1M, 16] f32 linear recurrence on the H100
-# (copy 2.97 TB/s): 64 KiB (512 rows) 127-135 us, 32 KiB 143-164 us; the three-kernel
-# reduce-then-scan it replaced 155-175 us. With each thread scanning runs of 16 rows
-# (`_GroupedTile`), on an H200 (copy 4.0 TB/s): 64 KiB 88.6 us of kernel time against 114.7
-# for the [512, 16] tt.scan; 32 KiB (256 rows, prototype) 122 us, 128 KiB 102 us.
-LOOKBACK_TILE_BYTES = 1 << 16
-
-
-class _ScanPlan:
-    """How an associative_scan of [length, width] rows runs: `form` "scan" (one program per
-    column block walks every row: too few rows to fill the GPU with chunks) or "lookback" (one
-    pass over chunks of `block_t` rows)."""
-
-    def __init__(self, length: int, width: int, elem_sizes: list[int]):
-        self.block_c, walk_t = _scan_blocks(width)
-        self.col_blocks = _cdiv(width, self.block_c)
-        elements = min(8192, LOOKBACK_TILE_BYTES // sum(elem_sizes))
-        tile_t = max(16, (1 << (elements.bit_length() - 1)) // self.block_c)
-        # a walk of at most 4 tiles: a look-back's chunk would be the whole scan
-        self.form = "scan" if length <= 4 * walk_t else "lookback"
-        self.block_t = walk_t if self.form == "scan" else tile_t
-        self.key = (self.form, self.block_t, self.block_c)  # the kernel variant it launches
-
-
-def _lookback_window(block_c: int) -> int:
-    """Chunks looked back at per step: 32 for 16 columns, 16 for 64 (on the H100, [1M, 64] read
-    with vector loads: 16 535 us, 32 564, 64 703)."""
-    return max(8, min(32, 1024 // block_c))
-
-
-# Split reductions: programs, elements of a row per tile, elements per tile, warps. Measured on the
-# H100, a full reduction of 4096x4096 f32 (cond_clamp's predicate; 64 MB): 528 programs of
-# 1024/2048 with 4 warps 44.8 us, 1056 programs of 2048/2048 with 8 warps 31.6 us (2.1 TB/s);
-# larger tiles, 16 warps or 2112 programs were no faster.
-REDUCE_PROGRAMS, REDUCE_BLOCK, REDUCE_TILE, REDUCE_WARPS = 8 * 132, 2048, 2048, 8
-
-
-def _scan_blocks(width: int) -> tuple[int, int]:
-    """(columns, rows) of a scan tile: about 1024 elements."""
-    block_c = min(_next_pow2(max(width, 1)), 64)
-    return block_c, max(1024 // block_c, 16)
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p

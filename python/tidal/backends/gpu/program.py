@@ -1,0 +1,112 @@
+"""A linalg-level tidal program run on a CUDA device: the public entry of the GPU backend.
+
+`GpuProgram` puts the parts together: the plan of steps built once from the lowered function
+(`plan.py`, its kernel variants `variants.py`), the launcher holding each call's device state
+(`launch.py`), and the CUDA graphs of the plan (`capture.py`). A call takes the path chosen here.
+
+A program that never reads a device value on the host is captured as a CUDA graph the second
+time a set of input buffers and shapes comes, and replayed whenever it comes again (buffers new at
+every call, as a training step's activations, never pay for a capture) (one launch, no Python per
+step). A replay hands out the graph's own outputs (as aliases), never overwriting ones still held:
+while the caller holds a replay's results, a second capture serves (`capture._Capture`).
+`TIDAL_CUDA_GRAPHS=0` turns this off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch_mlir import ir
+
+from tidal.backends.gpu.capture import _host_read_refused, _input_key, capture_plan
+from tidal.backends.gpu.launch import Launcher, _NeedsTheHost
+from tidal.backends.gpu.plan import PlanBuilder, _Plan
+
+GRAPHS_PER_PROGRAM = 8  # sets of input buffers and shapes with CUDA graphs kept per program
+CAPTURES_PER_GRAPH = 2  # graphs per set: while `y = f(x)` holds one's results, the other replays
+
+
+class GpuProgram:
+    """Call with CUDA tensors (the program's inputs, in order); returns its results."""
+
+    def __init__(self, module: ir.Module, func_name: str = "main", keep_alive=None):
+        self.module = module
+        self.keep_alive = keep_alive  # the imported program: its context owns every op the plan holds
+        func = next(op for op in module.body.operations if op.operation.name == "func.func"
+                    and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
+        self.block = func.regions[0].blocks[0]
+        self.launcher = Launcher()
+        self.builder = PlanBuilder(module, self.launcher.compiled, self.launcher.on_host)
+        self.plan = _Plan(self.builder, self.block)
+        self._graphs: dict = {}
+        self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
+        self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
+
+    def __call__(self, *tensors):
+        device = next((t.get_device() for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), -1)
+        if device < 0:
+            device = torch.cuda.current_device()
+        # the inputs' GPU, whichever is current: every allocation, constant, launch and capture
+        # below goes to the current device and its current stream
+        with torch.cuda._DeviceGuard(device):
+            self.launcher.device = device
+            return self._run(tensors)
+
+    def _run(self, tensors):
+        if torch.cuda.is_current_stream_capturing():
+            return self._run_in_callers_capture(tensors)
+        if not self._graphs_enabled:
+            return self._run_plan(self.launcher.device_args(tensors))
+        key = tuple(_input_key(t) for t in tensors)
+        captures = self._graphs.get(key)
+        if captures is None:
+            args = self.launcher.device_args(tensors)
+            outs = self._run_plan(args)  # compiles the kernels; its results are this call's
+            if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
+                capture = self._capture(args)
+                self._graphs[key] = [capture] if capture else False
+                while len(self._graphs) > GRAPHS_PER_PROGRAM:
+                    self._graphs.pop(next(iter(self._graphs)))
+            else:
+                self._seen[key] = None
+                while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
+                    self._seen.pop(next(iter(self._seen)))
+            return outs
+        if captures is False:  # not capturable at these inputs
+            return self._run_plan(self.launcher.device_args(tensors))
+        ready = next((c for c in captures if c.replayable()), None)
+        if ready is not None:
+            return ready.replay()
+        # every capture's results are still held by the caller: a replay would overwrite them
+        args = self.launcher.device_args(tensors)
+        outs = self._run_plan(args)
+        if len(captures) < CAPTURES_PER_GRAPH:
+            captures.append(self._capture(args))  # the plan captured once already: it needs no host read
+        return outs
+
+    def _run_plan(self, args: list) -> list:
+        return self.plan.run({}, args, self.block)
+
+    def _capture(self, args):
+        """`capture_plan` of this program's plan, or False: a plan with a step that needs the host
+        is never tried again (`_graphs_enabled` off)."""
+        captured = capture_plan(self._run_plan, args)
+        if captured is False:
+            self._graphs_enabled = False
+        return captured
+
+    def _run_in_callers_capture(self, tensors):
+        """A call inside a CUDA graph the caller captures (`torch.cuda.graph` around the compiled
+        function): the plan's launches go into the caller's graph. A graph of tidal's own cannot
+        be replayed there, and a step that reads on the host cannot run there: a clear error."""
+        args = self.launcher.device_args(tensors)
+        try:
+            return self._run_plan(args)
+        except _NeedsTheHost as exc:
+            raise _host_read_refused(exc.op) from None
+
+    def kernels_for_emit(self) -> list:
+        """Every kernel the program makes, for printing without a GPU (those that depend on sizes:
+        at the program's static shapes)."""
+        return list(self.builder.kernels)

@@ -1,0 +1,100 @@
+"""Which kernel variant a step launches: the flat (vector-load) or strided variant of a generic
+for its operands' layout (`_layout`), the block sizes of a split reduction, a scan's form and tile
+(`_ScanPlan`), each made once per key by `_Variants`. The numbers were measured on the H100/H200.
+"""
+
+from __future__ import annotations
+
+
+class _Variants:
+    """The kernels of one op, one per variant key (block sizes, layout): made when first asked for
+    (and then listed for --emit), compiled at their first launch."""
+
+    def __init__(self, builder, make):  # builder: a plan.PlanBuilder
+        self.builder, self.make, self.entries = builder, make, {}
+
+    def kernel(self, key: tuple):
+        if key not in self.entries:
+            kernel = self.make(*key)
+            self.builder.kernels.append(kernel)
+            self.entries[key] = kernel
+        return self.entries[key]
+
+    def compiled(self, key: tuple):
+        return self.builder.compiled(self.kernel(key))
+
+
+def _layout(flat_reads, tensors, count: int) -> tuple[bool, bool]:
+    """(flat, aligned) kernel variant for these operands: flat when the op has a flat variant and
+    every operand it reads at flat positions is contiguous and 16-byte aligned (vector loads);
+    aligned when the flat loop's length `count` is also a multiple of 16. No tensors (--emit at
+    static shapes): as if contiguous."""
+    flat = flat_reads is not None and all(t.is_contiguous() and t.data_ptr() % 16 == 0
+                                          for t, reads in zip(tensors, flat_reads) if reads)
+    return flat, flat and count % 16 == 0
+
+
+def _variant_name(name: str, flat: bool, aligned: bool) -> str:
+    return name + ("_flat" if flat else "") + ("16" if aligned else "")
+
+
+# A look-back chunk: a register tile of at most this many bytes of the scan's inputs (and at most
+# 8192 elements: past that the registers ran out). [1M, 16] f32 linear recurrence on the H100
+# (copy 2.97 TB/s): 64 KiB (512 rows) 127-135 us, 32 KiB 143-164 us; the three-kernel
+# reduce-then-scan it replaced 155-175 us. With each thread scanning runs of 16 rows
+# (`_GroupedTile`), on an H200 (copy 4.0 TB/s): 64 KiB 88.6 us of kernel time against 114.7
+# for the [512, 16] tt.scan; 32 KiB (256 rows, prototype) 122 us, 128 KiB 102 us.
+LOOKBACK_TILE_BYTES = 1 << 16
+
+
+class _ScanPlan:
+    """How an associative_scan of [length, width] rows runs: `form` "scan" (one program per
+    column block walks every row: too few rows to fill the GPU with chunks) or "lookback" (one
+    pass over chunks of `block_t` rows)."""
+
+    def __init__(self, length: int, width: int, elem_sizes: list[int]):
+        self.block_c, walk_t = _scan_blocks(width)
+        self.col_blocks = _cdiv(width, self.block_c)
+        elements = min(8192, LOOKBACK_TILE_BYTES // sum(elem_sizes))
+        tile_t = max(16, (1 << (elements.bit_length() - 1)) // self.block_c)
+        # a walk of at most 4 tiles: a look-back's chunk would be the whole scan
+        self.form = "scan" if length <= 4 * walk_t else "lookback"
+        self.block_t = walk_t if self.form == "scan" else tile_t
+        self.key = (self.form, self.block_t, self.block_c)  # the kernel variant it launches
+
+
+def _lookback_window(block_c: int) -> int:
+    """Chunks looked back at per step: 32 for 16 columns, 16 for 64 (on the H100, [1M, 64] read
+    with vector loads: 16 535 us, 32 564, 64 703)."""
+    return max(8, min(32, 1024 // block_c))
+
+
+# Split reductions: programs, elements of a row per tile, elements per tile, warps. Measured on the
+# H100, a full reduction of 4096x4096 f32 (cond_clamp's predicate; 64 MB): 528 programs of
+# 1024/2048 with 4 warps 44.8 us, 1056 programs of 2048/2048 with 8 warps 31.6 us (2.1 TB/s);
+# larger tiles, 16 warps or 2112 programs were no faster.
+REDUCE_PROGRAMS, REDUCE_BLOCK, REDUCE_TILE, REDUCE_WARPS = 8 * 132, 2048, 2048, 8
+
+
+def _scan_blocks(width: int) -> tuple[int, int]:
+    """(columns, rows) of a scan tile: about 1024 elements."""
+    block_c = min(_next_pow2(max(width, 1)), 64)
+    return block_c, max(1024 // block_c, 16)
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
