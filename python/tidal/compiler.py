@@ -112,6 +112,7 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
 
     `output_aliases` (see `tidal.backends.cpu.forwarded_results`) lets the runtime hand out an input
     or an earlier result where an output is a view of it, instead of a copy."""
+    from tidal.backends.cpu import codegen_fingerprint
     from tidal.backends.cpu.forwarded_results import ALLOWED, forwarded_results
     from tidal.runtime import NativeFunction, cache, signature_of
 
@@ -123,7 +124,7 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
             run_pipeline(prog.module.operation, "builtin.module(tidal-forward-aliased-results)", prog.context)
         args, results = signature_of(prog.module, func_name)
         forwarded = forwarded_results(function_named(prog.module, func_name))
-    key = cache.cache_key(str(prog.module), func_name, _pipeline_text("llvm"))
+    key = cache.cache_key(str(prog.module), func_name, _pipeline_text("llvm"), codegen_fingerprint())
     native = cache.lookup(key, func_name)
     if native is None:
         lower(prog.module, prog.context, "llvm", start="linalg", dump_dir=dump_dir)

@@ -60,14 +60,16 @@ def test_corrupt_entry_is_recompiled(tmp_path):
 
 def test_cache_key_depends_on_the_compilers_code(monkeypatch):
     """An entry compiled by other compiler code (an edited pass in a checkout, same version string)
-    is never reused: the key hashes tidal's backend, conversion and runtime sources."""
+    is never reused: the key holds the CPU backend's fingerprint, which hashes tidal's backend,
+    conversion and runtime sources (the runtime itself knows no code generator)."""
+    import tidal.backends.cpu as cpu
     from tidal.runtime import cache
 
-    real = cache._compiler_fingerprint()
+    real = cpu._sources_fingerprint()
     assert len(real) == 64
-    key = cache.cache_key("module {}", "main", "pipeline")
-    monkeypatch.setattr(cache, "_compiler_fingerprint", lambda: "other code")
-    assert cache.cache_key("module {}", "main", "pipeline") != key
+    key = cache.cache_key("module {}", "main", "pipeline", cpu.codegen_fingerprint())
+    monkeypatch.setattr(cpu, "_sources_fingerprint", lambda: "other code")
+    assert cache.cache_key("module {}", "main", "pipeline", cpu.codegen_fingerprint()) != key
 
 
 MANY_TENSORS = """

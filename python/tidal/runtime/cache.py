@@ -8,7 +8,6 @@ skipped (with a one-time warning) and the in-memory JIT still works.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -52,38 +51,17 @@ def cache_dir() -> str | None:
     return d or os.path.join(os.path.expanduser("~"), ".cache", "tidal")
 
 
-def cache_key(linalg_ir: str, func_name: str, pipeline: str) -> str:
+def cache_key(linalg_ir: str, func_name: str, pipeline: str, codegen: str) -> str:
+    """`codegen`: the identity of the code generator that turns the IR into machine code (the
+    backend's `codegen_fingerprint()`: a hash of its sources and any choice that changes the code
+    but not the IR). The runtime knows no code generator; its caller names it."""
     from tidal import __version__
 
     h = hashlib.sha256()
-    from tidal.backends.cpu import gemm_kernel
-
-    gemm = f"gemm_kernel={gemm_kernel.wanted()}"  # TIDAL_GEMM changes the code, not the IR
-    for part in (str(CACHE_FORMAT), __version__, torch.__version__, _compiler_fingerprint(), gemm, pipeline, func_name, linalg_ir):
+    for part in (str(CACHE_FORMAT), __version__, torch.__version__, codegen, pipeline, func_name, linalg_ir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
-
-
-@functools.lru_cache(maxsize=1)
-def _compiler_fingerprint() -> str:
-    """A hash of the code that turns linalg into machine code (tidal's passes and runtime): an
-    entry compiled by other code (an edited pass in a checkout) is never reused. Same version
-    string, different code is the normal state of a development tree."""
-    import tidal.backends
-    import tidal.conversion
-    import tidal.runtime
-
-    h = hashlib.sha256()
-    for package in (tidal.backends, tidal.conversion, tidal.runtime):
-        root = os.path.dirname(package.__file__)
-        for folder, dirs, files in sorted(os.walk(root)):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    with open(os.path.join(folder, name), "rb") as f:
-                        h.update(name.encode() + b"\0" + f.read())
-    return h.hexdigest()
 
 
 def memory_entries() -> int:

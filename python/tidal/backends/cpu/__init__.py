@@ -6,6 +6,10 @@ The whole program, loops included, becomes one native function: a `tidal.while` 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+
 from torch_mlir import ir
 
 import tidal.backends.contractions  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
@@ -126,3 +130,32 @@ def _check_stack_slots(module_op):
 def mark_entry(module: ir.Module, func_name: str) -> None:
     """Ask func-to-llvm for the C interface (`_mlir_ciface_<name>`) the runtime calls."""
     function_named(module, func_name).attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+
+
+def codegen_fingerprint() -> str:
+    """What names this code generator in a compiled-artifact cache key (`tidal.runtime.cache`):
+    the hash of its sources, and the gemm choice (TIDAL_GEMM changes the code, not the IR)."""
+    from tidal.backends.cpu import gemm_kernel
+
+    return f"{_sources_fingerprint()}\0gemm_kernel={gemm_kernel.wanted()}"
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_fingerprint() -> str:
+    """A hash of the code that turns linalg into machine code (tidal's backends, conversions and
+    runtime): an entry compiled by other code (an edited pass in a checkout) is never reused.
+    Same version string, different code is the normal state of a development tree."""
+    import tidal.backends
+    import tidal.conversion
+    import tidal.runtime
+
+    h = hashlib.sha256()
+    for package in (tidal.backends, tidal.conversion, tidal.runtime):
+        root = os.path.dirname(package.__file__)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
