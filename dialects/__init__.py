@@ -5,7 +5,7 @@ entry). `verify_module` checks them all. The dialect knows no target: transforma
 their per-op rules from their own packages (`declare_transformation`, `Transformation.rule`).
 """
 
-from tidal.dialects import aten_call, associative_scan, cond, map, scan, while_loop  # noqa: F401  (register)
+from tidal.dialects import aten_call, associative_scan, cond, map, parallelism, scan, while_loop  # noqa: F401  (register)
 from tidal.dialects.build import build_yield
 from tidal.dialects.registry import (
     YIELD,

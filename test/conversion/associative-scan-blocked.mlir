@@ -1,15 +1,15 @@
 // RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-lower-to-scf)' | filecheck %s
-// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-lower-to-scf, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, tidal-forall-to-threads, scf-forall-to-for)' | filecheck %s --check-prefix=THREADS
+// RUN: tidal-opt %s --pass-pipeline='builtin.module(tidal-lower-to-scf, tidal-parallelism-to-threads, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, tidal-forall-to-threads, scf-forall-to-for)' | filecheck %s --check-prefix=THREADS
 // A scan that may be long gets the blocked form beside the sequential loop, chosen at run time
-// from the thread count: block scans in parallel (scf.forall), a sequential scan of the block
+// from the target's parallel width (tidal.parallelism; the CPU's is its OpenMP team, lowered by
+// tidal-parallelism-to-threads): block scans in parallel (scf.forall), a sequential scan of the block
 // totals, block re-scans from their carries in parallel. Each forall runs on the OpenMP team.
 // Only a compute-bound combine gets it (here log(exp(a) + exp(b))); one of elementwise
 // arithmetic runs at memory bandwidth on one core and keeps the sequential loop alone.
 
 #map = affine_map<(d0) -> (d0)>
 // CHECK-LABEL: func.func @long_scan
-// CHECK: %[[N:.*]] = call @omp_get_max_threads() : () -> i32
-// CHECK: %[[TEAM:.*]] = arith.index_cast %[[N]]
+// CHECK: %[[TEAM:.*]] = "tidal.parallelism"() : () -> index
 // CHECK: %[[TWO:.*]] = arith.cmpi sge, %[[TEAM]], %c2
 // CHECK: %[[LONG:.*]] = arith.cmpi sge, %{{.*}}, %c8192
 // CHECK: %[[PAR:.*]] = arith.andi %[[TWO]], %[[LONG]]
@@ -32,6 +32,8 @@
 // CHECK-NOT: tidal.associative_scan
 
 // THREADS-LABEL: func.func @long_scan
+// THREADS: %[[N:.*]] = call @omp_get_max_threads() : () -> i32
+// THREADS: arith.index_cast %[[N]] : i32 to index
 // THREADS-NOT: scf.forall
 // THREADS: call @GOMP_parallel(%{{.*}}, %{{.*}}, %c0_i32, %c0_i32) : (!llvm.ptr, !llvm.ptr, i32, i32) -> ()
 // THREADS: scf.for
@@ -60,7 +62,7 @@ func.func @long_scan(%x: tensor<16384x16xf32>) -> tensor<16384x16xf32> {
 }
 
 // CHECK-LABEL: func.func @memory_bound_scan
-// CHECK-NOT: omp_get_max_threads
+// CHECK-NOT: tidal.parallelism
 // CHECK-NOT: scf.forall
 // CHECK: scf.for %{{.*}} = %c1 to %c16384
 // CHECK: arith.mulf

@@ -22,7 +22,7 @@
 // CHECK-NEXT: lower-to-scf {{ +}}tidal.conversion.tidal_to_scf.scan.lower_scan_to_scf (python/tidal/conversion/tidal_to_scf/scan.py:{{[0-9]+}})
 // CHECK-NEXT: (no rule from: cpu-aten-call)
 
-// UNKNOWN: tidal-opt: error: unknown op 'tidal.nope' (tidal ops: tidal.aten_call, tidal.associative_scan, tidal.cond, tidal.map, tidal.scan, tidal.while)
+// UNKNOWN: tidal-opt: error: unknown op 'tidal.nope' (tidal ops: tidal.aten_call, tidal.associative_scan, tidal.cond, tidal.map, tidal.parallelism, tidal.scan, tidal.while)
 
 // RUN: tidal-opt --describe-op tidal.aten_call | filecheck %s --check-prefix=ATEN
 // ATEN: tidal.aten_call: an ATen operator called as a library kernel

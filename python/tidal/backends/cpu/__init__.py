@@ -25,7 +25,7 @@ import tidal.backends.cpu.sliced_inputs  # noqa: F401  (registers tidal-accumula
 import tidal.backends.cpu.soft_bf16  # noqa: F401  (registers tidal-soft-bf16)
 import tidal.backends.cpu.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.cpu.stack_slots  # noqa: F401  (registers tidal-hoist-stack-slots)
-import tidal.backends.cpu.threads  # noqa: F401  (registers tidal-forall-to-threads)
+import tidal.backends.cpu.threads  # noqa: F401  (registers tidal-forall-to-threads, tidal-parallelism-to-threads)
 import tidal.backends.cpu.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-elementwise)
 import tidal.backends.cpu.vector_width  # noqa: F401  (registers tidal-prefer-wide-vectors)
 import tidal.backends.cpu.vectorize  # noqa: F401  (registers tidal-vectorize)
@@ -55,7 +55,7 @@ BUFFERIZE = (
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-lower-to-scf, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
+    "tidal-lower-to-scf, tidal-parallelism-to-threads, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-elementwise, func.func(loop-invariant-code-motion), tidal-concat-in-place, canonicalize, "

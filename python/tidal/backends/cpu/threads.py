@@ -11,6 +11,11 @@ eager and Inductor at N threads. `ctx` is a stack struct of the values the body 
 Only the outermost forall of a nest is outlined (a forall inside it runs sequentially in its
 thread), and only a one-dimensional one over memrefs; any other forall is left to
 `scf-forall-to-for`, which runs next and keeps it correct, if sequential.
+
+`tidal-parallelism-to-threads` gives `tidal.parallelism` (the target-neutral "how many iterations
+of a forall run at once" a target-free lowering asks) its CPU meaning: the team's size,
+`omp_get_max_threads()`. It runs right after `tidal-lower-to-scf`, before bufferization (buffer
+deallocation refuses an op of unknown memory effects).
 """
 
 from __future__ import annotations
@@ -39,6 +44,28 @@ def ensure_runtime_decl(module_op, name: str) -> ir.FlatSymbolRefAttr:
     parsed = ir.Module.parse(f"func.func private @{name}{_RUNTIME[name]}")
     parsed.body.operations[0].operation.move_before(body.operations[0])
     return ir.FlatSymbolRefAttr.get(name)
+
+
+@tidal_pass("tidal-parallelism-to-threads", "Lower each tidal.parallelism to the OpenMP team's size (omp_get_max_threads)")
+def parallelism_to_threads(module_op) -> None:
+    """Each `tidal.parallelism` becomes `omp_get_max_threads()` as an index."""
+    found: list[ir.Operation] = []
+
+    def collect(op):
+        if op.name == "tidal.parallelism":
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(collect)
+    if not found:
+        return
+    max_threads = ensure_runtime_decl(module_op, "omp_get_max_threads")
+    for op in found:
+        with ir.InsertionPoint(op), op.location:
+            call = func.CallOp([ir.IntegerType.get_signless(32)], max_threads, [])
+            threads = arith.IndexCastOp(ir.IndexType.get(), call.result).result
+        op.results[0].replace_all_uses_with(threads)
+        op.erase()
 
 
 def _captures(forall: ir.Operation) -> list[ir.Value]:

@@ -1,14 +1,16 @@
 """`tidal.associative_scan` → a sequential running combine in an `scf.for`, and for long scans a
-blocked scan whose blocks run in parallel (`scf.forall`, on threads after `tidal-forall-to-threads`).
+blocked scan whose blocks run in parallel (`scf.forall`, on threads after `tidal-forall-to-threads`),
+chosen at run time from the target's parallel width (`tidal.parallelism`, which each backend lowers).
 """
 
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir.dialects import arith, func, scf
+from torch_mlir.dialects import arith, scf
 
 from tidal.conversion import scf_builders as b
 from tidal.conversion.tidal_to_scf import LOWER_TO_SCF
+from tidal.dialects.parallelism import build_parallelism
 from tidal.passes.registry import values_read
 
 # Below this many steps a blocked scan cannot pay for starting the thread team (a few µs) and
@@ -71,7 +73,7 @@ def lower_associative_scan_to_scf(op):
         if not may_block:
             results = scan.rows(xs, outs, None, consume_body=True, needed=_needed_results(op, body, k))
         else:
-            threads = arith.IndexCastOp(ir.IndexType.get(), func.CallOp([ir.IntegerType.get_signless(32)], _max_threads(op), []).result).result
+            threads = build_parallelism().result
             parallel = arith.AndIOp(
                 arith.CmpIOp(arith.CmpIPredicate.sge, threads, b.index(2)).result,
                 arith.CmpIOp(arith.CmpIPredicate.sge, length, b.index(PARALLEL_MIN_STEPS)).result,
@@ -108,15 +110,6 @@ def _needed_results(op, body: ir.Block, k: int) -> list[bool]:
         if not more:
             return [j in needed for j in range(k)]
         needed |= more
-
-
-def _max_threads(op) -> ir.FlatSymbolRefAttr:
-    from tidal.backends.cpu.threads import ensure_runtime_decl
-
-    module = op
-    while module.name != "builtin.module":
-        module = module.parent
-    return ensure_runtime_decl(module, "omp_get_max_threads")
 
 
 class _Scan:
