@@ -354,14 +354,37 @@ def _eager_graph(gm, reason: str, strict: bool, cause: BaseException | None = No
     return lambda *args: fallback(list(args))
 
 
+def training_ir(fn, *args, stage: str = "torch") -> tuple[str, str]:
+    """The forward and backward programs tidal compiles to train `fn` on `args` (sum of its float
+    outputs as the loss), as IR at `stage` (`torch`, `tidal`, `linalg`, `llvm`): for reading what
+    the autodiff rules generate, and for IR tests."""
+    import tempfile
+    from pathlib import Path
+
+    import torch.utils._pytree as pytree
+
+    from tidal.compiler import stage_names
+
+    index = stage_names().index(stage)
+    with tempfile.TemporaryDirectory() as dump:
+        compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "error", "dump_dir": dump})
+        outs = pytree.tree_leaves(compiled(*args))
+        sum(o.sum() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad).backward()
+        (graph,) = Path(dump).glob("graph*")
+        return tuple((graph / part / f"{index:02d}-{stage}.mlir").read_text() for part in ("forward", "backward"))
+
+
 def register() -> None:
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
+    from tidal import tracing
     from tidal.autodiff import install_autodiff_rules
     from tidal.importer.associative_scan_capture import install_dynamo_polyfill
 
     # Before Dynamo traces anything for this backend: generic associative_scan stays one HOP, and
-    # the control-flow HOPs differentiate with tidal's rules (in Dynamo's fake-tensor runs too).
+    # the control-flow HOPs differentiate with tidal's rules (in Dynamo's fake-tensor runs too),
+    # which know a graph Dynamo builds for `tidal_backend` as tidal's (`tidal_is_tracing`).
+    tracing.register_backend(tidal_backend)
     install_dynamo_polyfill()
     install_autodiff_rules()
     if "tidal" not in _BACKENDS:

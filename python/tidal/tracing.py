@@ -1,6 +1,10 @@
 """Is tidal the one tracing? Some of PyTorch's behaviour changes only for graphs that go to tidal
 (generic associative_scan kept as one HOP, tidal's autodiff rules for the control-flow HOPs);
-every other backend, and eager PyTorch, keep PyTorch's own."""
+every other backend, and eager PyTorch, keep PyTorch's own.
+
+Frontend-neutral state below the importer and autodiff: it imports no other part of tidal. The
+Dynamo driver names its backend callable (`register_backend`) so that `tidal_is_tracing` can
+recognise a graph Dynamo builds for it."""
 
 from __future__ import annotations
 
@@ -100,17 +104,25 @@ def _backend_chain(fn):
     return seen
 
 
+# The tidal backend callables Dynamo may be compiling for (`tidal.dynamo` registers its own).
+_backends: list = []
+
+
+def register_backend(fn) -> None:
+    """`fn` is a tidal backend: a graph Dynamo builds for it (or for a wrapper of it) is tidal's."""
+    if all(fn is not b for b in _backends):
+        _backends.append(fn)
+
+
 def tidal_is_tracing() -> bool:
     """Inside `tracing_for_tidal()`, or while Dynamo builds a graph for the tidal backend."""
     if tidal_backend_is_tracing():
         return True
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    from tidal.dynamo import tidal_backend
-
     try:
         tx = InstructionTranslator.current_tx()
     except (AttributeError, IndexError, RuntimeError):
         return False
     compiler_fn = getattr(getattr(tx, "output", None), "compiler_fn", None)
-    return any(fn is tidal_backend for fn in _backend_chain(compiler_fn))
+    return any(fn is b for fn in _backend_chain(compiler_fn) for b in _backends)

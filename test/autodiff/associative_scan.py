@@ -15,7 +15,7 @@ warnings.filterwarnings("ignore")
 import torch
 from torch._higher_order_ops import associative_scan
 
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 
 def linear_recurrence(a, b):

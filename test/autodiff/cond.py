@@ -8,7 +8,7 @@ warnings.filterwarnings("ignore")
 
 import torch
 
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 
 def branchy(p, x, w):

@@ -8,7 +8,7 @@ warnings.filterwarnings("ignore")
 import torch
 from torch._higher_order_ops import map as hop_map
 
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 
 def per_row(xs, w):

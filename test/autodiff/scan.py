@@ -9,7 +9,7 @@ warnings.filterwarnings("ignore")
 import torch
 from torch._higher_order_ops import scan
 
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 
 def rnn(h0, xs, w):

@@ -20,7 +20,7 @@ def grow_until(x, w):
     return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))[1]
 
 
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 forward, backward = training_ir(grow_until, (torch.ones(2, 3) * 0.3).requires_grad_(), (torch.randn(3, 3) * 0.3).requires_grad_())
 print("// forward")

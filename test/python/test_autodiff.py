@@ -15,7 +15,7 @@ from torch._higher_order_ops import associative_scan, map as hop_map, scan, whil
 
 from loop_reference import python_loops
 from tidal.tools.tidal_compile import load_program_file
-from tidal.autodiff import training_ir
+from tidal.dynamo import training_ir
 
 STRICT = {"fallback": "error"}
 CORPUS = Path(__file__).parents[1] / "corpus"

@@ -100,20 +100,3 @@ def install_autodiff_rules() -> None:
 # The per-op modules attach their rules to AUTODIFF, so they load after it exists.
 from tidal.autodiff import associative_scan, cond, map, scan, while_loop  # noqa: E402,F401
 
-
-def training_ir(fn, *args, stage: str = "torch") -> tuple[str, str]:
-    """The forward and backward programs tidal compiles to train `fn` on `args` (sum of its float
-    outputs as the loss), as IR at `stage` (`torch`, `tidal`, `linalg`, `llvm`): for reading what
-    a rule generates, and for IR tests."""
-    import tempfile
-    from pathlib import Path
-
-    from tidal.compiler import stage_names
-
-    index = stage_names().index(stage)
-    with tempfile.TemporaryDirectory() as dump:
-        compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "error", "dump_dir": dump})
-        outs = pytree.tree_leaves(compiled(*args))
-        sum(o.sum() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad).backward()
-        (graph,) = Path(dump).glob("graph*")
-        return tuple((graph / part / f"{index:02d}-{stage}.mlir").read_text() for part in ("forward", "backward"))
