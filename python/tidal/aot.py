@@ -86,12 +86,11 @@ def export(model, example_inputs: tuple, path: str, dynamic_shapes=None, name: s
     """Compile `model` on `example_inputs` into the shared library `path` and its header (same
     stem, `.h`). `dynamic_shapes` is torch.export's spec; `name` prefixes the C functions (default:
     the library's stem); `source` is named in the header. Returns the library's path."""
-    from tidal.autodiff import install_autodiff_rules
+    import tidal.init_all  # noqa: F401  (every op rule: autodiff's in the export's traces)
     from tidal.importer import export_program
 
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
-    install_autodiff_rules()  # export's fake-tensor runs of HOPs with grads (see export_program)
     ep = export_program(model, example_inputs, dynamic_shapes=dynamic_shapes)
     return export_program_to_library(ep, path, name=name, source=source, dim_names=_dim_names(dynamic_shapes),
                                      input_names=_parameter_names(model))

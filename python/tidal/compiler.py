@@ -245,8 +245,6 @@ def compile_program(
 
     `dynamic_shapes` (torch.export's spec) makes dims symbolic: one program serves all sizes.
     """
-    from tidal.autodiff import install_autodiff_rules
     from tidal.importer import export_program
 
-    install_autodiff_rules()  # export's fake-tensor runs of HOPs with grads (see export_program)
     return compile_exported(export_program(model, example_inputs, dynamic_shapes=dynamic_shapes), dump_dir=dump_dir)

@@ -16,10 +16,23 @@ import torch
 _state = threading.local()
 
 
+# Done once, before the first trace for tidal (`before_tidal_traces`): tidal.autodiff installs its
+# rules here, so an export for tidal (the importer's, which knows no autodiff) differentiates the
+# control-flow HOPs with them in its fake-tensor runs.
+_setups: list = []
+
+
+def before_tidal_traces(setup) -> None:
+    """Call `setup()` once, before the next trace for tidal begins (`tracing_for_tidal`)."""
+    _setups.append(setup)
+
+
 @contextlib.contextmanager
 def tracing_for_tidal(scan_checkpoint: int = 1):
     """Marks the tracing done here (torch.export, aot_autograd in tidal's backend) as tidal's;
     `scan_checkpoint` is what tidal's scan rule reads (`scan_checkpoint()`)."""
+    while _setups:
+        _setups.pop(0)()
     depth, checkpoint = getattr(_state, "depth", 0), getattr(_state, "scan_checkpoint", 1)
     _state.depth, _state.scan_checkpoint = depth + 1, scan_checkpoint
     try:

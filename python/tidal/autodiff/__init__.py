@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 
 from tidal.dialects import declare_transformation
 from tidal.diagnostics import TidalUnsupported
-from tidal.tracing import tidal_backend_is_tracing, tidal_is_tracing
+from tidal.tracing import before_tidal_traces, tidal_backend_is_tracing, tidal_is_tracing
 
 AUTODIFF = declare_transformation(
     "autodiff",
@@ -96,6 +96,11 @@ def install_autodiff_rules() -> None:
         hop._dispatch_cache.clear()
     _installed = True
 
+
+# Whoever loads autodiff (the drivers, through tidal.init_all) has the rules in every trace for
+# tidal: the importer's export (Dynamo's fake-tensor runs of HOPs whose inputs require grad) knows
+# no autodiff. Dynamo's own runs for the tidal backend come first: tidal.dynamo installs them too.
+before_tidal_traces(install_autodiff_rules)
 
 # The per-op modules attach their rules to AUTODIFF, so they load after it exists.
 from tidal.autodiff import associative_scan, cond, map, scan, while_loop  # noqa: E402,F401

@@ -196,9 +196,10 @@ def export_program(model, example_inputs: tuple, example_kwargs: dict | None = N
     # and shared with every earlier export in the process (torch's own HOP wrappers are the same
     # code for every program), would make sizes symbolic here only because another program ran
     # first. Its fake-tensor runs of a HOP whose inputs require grad (a module's parameters) go
-    # through the HOP's autograd rule: tidal's once the driver has installed them
-    # (`tidal.autodiff.install_autodiff_rules`; PyTorch's scan rule fails on conv/norm bodies with
-    # symbolic sizes: "s9**2 is not tracked with proxy"). The importer knows no autodiff.
+    # through the HOP's autograd rule: tidal's, installed before the first trace for tidal by
+    # tidal.autodiff once a driver has loaded it (`tidal.tracing.before_tidal_traces`; PyTorch's
+    # scan rule fails on conv/norm bodies with symbolic sizes: "s9**2 is not tracked with proxy").
+    # The importer knows no autodiff.
     with keep_associative_scan(), record_full_user_stacks(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
         ep = torch.export.export(
             model, tuple(example_inputs), example_kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False

@@ -99,13 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _import_file(path: str):
-    from tidal.autodiff import install_autodiff_rules
+    import tidal.init_all  # noqa: F401  (every op rule: autodiff's in the export's traces)
     from tidal.importer import import_program
 
     if not os.path.isfile(path):
         raise TidalError(f"no such file: {path}", SourceLoc(path, 1, 1))
     model, inputs = load_program_file(path)
-    install_autodiff_rules()  # export's fake-tensor runs of HOPs with grads (see export_program)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         return import_program(model, inputs)
