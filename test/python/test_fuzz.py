@@ -93,11 +93,12 @@ def test_tidal_gradients_match_python_loops_on_random_programs(desc):
     fuzz_programs.check_gradients(desc)
 
 
+@pytest.mark.parametrize("skew", ["gradient", "output"])
 @pytest.mark.parametrize("index", [3120, 2])
-def test_the_gradient_oracle_sees_a_gradient_off_by_a_little(monkeypatch, index):
-    """The oracle must fail a gradient off by 1e-3 of the loss weights, including on an
-    ill-conditioned program (grad seed 4040 #3120: tanh saturates, gradients ~1e-4) whose tolerance
-    its float64 measurement widens."""
+def test_the_gradient_oracle_sees_an_answer_off_by_a_little(monkeypatch, index, skew):
+    """The oracle must fail an output off by 1% or a gradient off by 1e-3 of the loss weights,
+    including on an ill-conditioned program (grad seed 4040 #3120: tanh saturates, gradients ~1e-4) whose
+    tolerances its float64 measurement widens."""
     import fuzz_campaign
 
     desc = fuzz_campaign.draw("grad", 4040, index)
@@ -108,9 +109,12 @@ def test_the_gradient_oracle_sees_a_gradient_off_by_a_little(monkeypatch, index)
         compiled = compile_(fn, **kwargs)
         if kwargs.get("backend") != "tidal":
             return compiled
-        return lambda v, *rest: compiled(v, *rest) + 1e-3 * (v - v.detach())
+        if skew == "gradient":
+            return lambda v, *rest: compiled(v, *rest) + 1e-3 * (v - v.detach())
+        return lambda v, *rest: compiled(v, *rest) * 1.01
 
     fuzz_programs.check_gradients(desc)  # the program passes as it is
     monkeypatch.setattr(torch, "compile", compiled_then_skewed)
-    with pytest.raises(fuzz_programs.FuzzFailure, match="gradient of v differs"):
+    wanted = "gradient of v differs" if skew == "gradient" else "forward differs"
+    with pytest.raises(fuzz_programs.FuzzFailure, match=wanted):
         fuzz_programs.check_gradients(desc)
