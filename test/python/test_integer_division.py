@@ -168,8 +168,33 @@ def test_symbolic_size_divisor_under_dynamic_torch_compile():
         n = x.shape[1]
         return idx // n, idx % n
 
-    compiled = torch.compile(model, backend="tidal", dynamic=True)
+    compiled = torch.compile(model, backend="tidal", dynamic=True, options={"fallback": "error"})
     idx = torch.arange(-20, 20)
     for n in (3, 7):
         x = torch.zeros(2, n)
         torch.testing.assert_close(compiled(idx, x), model(idx, x))
+    # a size of 0 is a zero divisor (Dynamo specializes it: a new graph, called once, first time)
+    x = torch.zeros(2, 0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        model(idx, x)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        compiled(idx, x)
+
+
+def test_zero_divisor_raises_under_a_python_dispatch_mode():
+    """aot_autograd runs a compiled function's first call under a Python dispatch mode (its
+    aliasing check), and a user may have one active: the native code's ATen calls must not go
+    through it. Through the mode, the error raised inside it stayed set on the thread, the error
+    hook could not record it, and the call returned a wrong answer."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    a, b = torch.tensor([7, -7, 5]), torch.tensor([2, 3, -4])
+    program = compile_program(lambda a, b: a // b, (a, b))
+    with PassThrough():
+        torch.testing.assert_close(program(a, b), a // b)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            program(a, torch.tensor([2, 0, 1]))

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tidal.importer.fx_rewrite import rewrite_nodes
+
 aten = torch.ops.aten
 _CONTROL_FLOW = ("cond", "while_loop", "while_loop_stack_output", "scan", "map_impl", "associative_scan")
 
@@ -148,8 +150,41 @@ class BoundaryPlan:
         return [None if kind == "none" else next(it).item() if kind == "scalar" else next(it) for kind in self.outputs]
 
 
+def _scalar_overload(node: torch.fx.Node):
+    """The overload of `node`'s operator that takes a Scalar where `node` passes a number or a
+    SymInt to a Tensor parameter (PyTorch's decompositions do: floor_divide by a size becomes
+    `div.Tensor_mode(x, s0)`, which eager wraps and torch-mlir refuses), or None."""
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    params = op._schema.arguments
+    given = list(node.args) + [node.kwargs.get(p.name) for p in params[len(node.args):]]
+    scalar_at = {i for i, (p, a) in enumerate(zip(params, given))
+                 if isinstance(p.type, torch.TensorType) and a is not None and _is_scalar(_val(a))}
+    if not scalar_at:
+        return None
+    packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[1], None) if op.namespace == "aten" else None
+    for name in packet.overloads() if packet is not None else ():
+        other = getattr(packet, name)
+        candidate = other._schema.arguments
+        if len(candidate) == len(params) and all(
+            c.name == p.name and (isinstance(c.type, torch.NumberType) if i in scalar_at else c.type == p.type)
+            for i, (c, p) in enumerate(zip(candidate, params))
+        ) and [r.type for r in other._schema.returns] == [r.type for r in op._schema.returns]:
+            return other
+    return None
+
+
+def _to_scalar_overload(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    other = _scalar_overload(node)
+    if other is not None:
+        node.target = other
+    return other is not None
+
+
 def tensorize_scalars(gm: torch.fx.GraphModule, fake_mode) -> BoundaryPlan:
     """Rewrite `gm` in place (see the module docstring); returns the caller's plan."""
+    rewrite_nodes(gm, _to_scalar_overload)
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out = next(n for n in graph.nodes if n.op == "output")

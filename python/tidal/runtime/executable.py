@@ -7,7 +7,9 @@ import functools
 import threading
 
 import torch
+from torch._C import _len_torch_dispatch_stack as _python_dispatch_modes
 from torch._C._dynamo.guards import _empty_strided_cpu
+from torch.utils._python_dispatch import _disable_current_modes
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
@@ -127,6 +129,13 @@ class NativeFunction:
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         if len(tensors) != len(self.args):
             raise TypeError(f"expected {len(self.args)} tensors, got {len(tensors)}")
+        if _python_dispatch_modes():
+            # The ATen calls of the native code are the program's own, not ops of the caller's:
+            # a Python dispatch mode (aot_autograd's first-call aliasing check, a user's) would see
+            # each one, and an error raised inside the mode stays set on the thread, so the error
+            # hook (Python) cannot record it and the call returned a wrong answer.
+            with _disable_current_modes():
+                return self.__call__(*tensors)
         inputs, outputs, out, run = self._bound()
         keep = tensors if self._well_formed(tensors) else [
             self._check_arg(i, t, sig) for i, (t, sig) in enumerate(zip(tensors, self.args))]
@@ -172,7 +181,8 @@ class NativeFunction:
         for i, (a, (dtype, shape)) in enumerate(zip(names, self._expected)):
             env[f"_S{i}"], env[f"_D{i}"] = shape, dtype
             checks.append(f"{a}.shape != _S{i} or {a}.dtype is not _D{i} or not {a}.is_cpu or not {a}.is_contiguous()")
-        lines = [f"def entry({', '.join(names)}):"]
+        lines = [f"def entry({', '.join(names)}):", "    if _modes():", f"        return _checked({', '.join(names)})"]
+        env["_modes"] = _python_dispatch_modes
         if checks:
             env["_as_compiled"] = _tensor_check(self.args)
             python_checks = ["try:", f"    unexpected = {' or '.join(checks)}",
