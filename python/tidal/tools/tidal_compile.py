@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from tidal.diagnostics import Diagnostic, SourceLoc, TidalError, diagnostics_from_exception
+from tidal.tools import write_output
 
 
 def load_program_file(path: str):
@@ -90,11 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in _diagnostics(exc, args.file):
             print(d.format(), file=sys.stderr)
         return 1
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.output, "w") as f:
-            f.write(text)
+    write_output(text, args.output)
     return 0
 
 

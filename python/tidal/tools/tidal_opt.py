@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from tidal.diagnostics import Diagnostic, SourceLoc, TidalError, diagnostics_from_exception
+from tidal.tools import write_output
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 EXPECTED = re.compile(
@@ -301,12 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         print(list_passes())
         return 0
     if args.describe_dialect:
-        text = describe_dialect()
-        if args.output == "-":
-            sys.stdout.write(text)
-        else:
-            with open(args.output, "w") as f:
-                f.write(text)
+        write_output(describe_dialect(), args.output)
         return 0
     if args.describe_op:
         return describe_op(args.describe_op)
@@ -350,12 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         if out is not None:
             outputs.append(out)
 
-    result = "// -----\n".join(outputs)
-    if args.output == "-":
-        sys.stdout.write(result)
-    else:
-        with open(args.output, "w") as f:
-            f.write(result)
+    write_output("// -----\n".join(outputs), args.output)
     return 1 if failed else 0
 
 
