@@ -142,12 +142,31 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
 def gpu_function(prog, dump_dir: str | None = None):
     """Lower an imported program to a GPU program: Triton kernels and the host plan around them."""
     from tidal.backends.gpu import GPU_PREPARE
+    from tidal.backends.gpu.aten_fallback import origins, tag_origins, with_aten_calls
     from tidal.backends.gpu.program import GpuProgram
+    from tidal.diagnostics import TidalUnsupported
 
-    lower(prog.module, prog.context, "linalg", dump_dir=dump_dir)
+    lower(prog.module, prog.context, "tidal", dump_dir=dump_dir)
     with prog.context:
-        run_pipeline(prog.module.operation, f"builtin.module({GPU_PREPARE.text})", prog.context)
-        program = GpuProgram(prog.module, prog.func_name, keep_alive=prog)
+        torch_level = tag_origins(prog.module)
+    as_calls: set[int] = set()
+    while True:  # an op the plan refuses: the aten ops it came from run as ATen calls, and again
+        lower(prog.module, prog.context, "linalg", start="tidal", dump_dir=dump_dir)
+        try:
+            with prog.context:
+                run_pipeline(prog.module.operation, f"builtin.module({GPU_PREPARE.text})", prog.context)
+                program = GpuProgram(prog.module, prog.func_name, keep_alive=prog)
+            break
+        except TidalUnsupported as exc:
+            tags = origins(exc.location) - as_calls
+            if not tags:
+                raise
+            with prog.context:
+                module, converted = with_aten_calls(torch_level, prog.context, as_calls | tags)
+            if not converted - as_calls:
+                raise
+            as_calls |= converted
+            prog.module = module
     if dump_dir:
         _dump(dump_dir, len(STAGES), "gpu", prog.module)
         for kernel in program.kernels_for_emit():

@@ -45,6 +45,7 @@ class TidalError(Exception):
     def __init__(self, message: str, location=None, notes: tuple[str, ...] = ()):
         super().__init__(message)
         self.message = message
+        self.location = location  # as given (an MLIR location: what a backend's fallback reads)
         self.loc = source_loc(location)
         self.notes = tuple(notes)
 

@@ -141,13 +141,20 @@ def test_tidal_compile_refuses_an_unknown_target():
     assert "error: unknown target 'rocm:9' (expected cuda:<sm>, e.g. cuda:90)" in done.stderr
 
 
-def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line():
-    """A non-elementwise associative_scan combine has no GPU lowering yet: a TidalUnsupported
-    naming it and the user's line (under torch.compile: one fallback warning, or strict's error)."""
+def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line(monkeypatch):
+    """An op the plan refuses that came from no aten op (a control-flow op: no ATen call can run
+    it) is a TidalUnsupported naming it and the user's line (under torch.compile: one fallback
+    warning, or strict's error)."""
     import torch
     from torch._higher_order_ops import associative_scan
 
+    from tidal.backends.gpu.plan import PlanBuilder
     from tidal.diagnostics import TidalUnsupported
+
+    def refuse(self, op):
+        raise TidalUnsupported("GPU backend: no lowering of this associative_scan (test)", op.location)
+
+    monkeypatch.setattr(PlanBuilder, "_op_tidal_associative_scan", refuse)
 
     def products(m):
         return associative_scan(lambda p, q: p @ q, m, dim=0, combine_mode="generic")
@@ -158,8 +165,152 @@ def test_what_the_gpu_backend_cannot_compile_is_named_with_its_source_line():
     with pytest.raises(TidalUnsupported) as info:
         gpu_function(prog)
     message = info.value.format()
-    assert "associative_scan needs an elementwise combine" in message
+    assert "no lowering of this associative_scan (test)" in message
     assert "test_gpu_lowering.py:" in message
+
+
+def _aten_calls(program) -> list[str]:
+    return sorted(ir_attr_string(op.attributes["callee"]) for op in _walk(program.module.operation) if op.name == "tidal.aten_call")
+
+
+def ir_attr_string(attr) -> str:
+    from torch_mlir import ir
+
+    return ir.StringAttr(attr).value
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "logcumsumexp", "pad_constant"])
+def test_an_op_without_a_triton_lowering_is_an_aten_call_inside_the_gpu_program(name):
+    """Per-op fallback: the aten op whose lowering the Triton plan refuses (tm_tensor.scan,
+    tensor.pad) runs as an ATen call on the stream, in place and in loop bodies; the rest of the
+    program still becomes kernels."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    from test_layers import CASES
+
+    shape, f = CASES[name]
+    # logcumsumexp is decomposed (tidal's capture) around a cumsum
+    callee = {"pad_constant": "aten::constant_pad_nd", "logcumsumexp": "aten::cumsum"}.get(name, f"aten::{name}")
+
+    def in_scan(x, xs):
+        return scan(lambda c, x_t: (0.5 * c + 0.5 * x_t, f(c)[0].sin()), x, xs)
+
+    assert _aten_calls(_traced_gpu_program(f, torch.randn(shape))) == [callee]
+    program = _traced_gpu_program(in_scan, torch.randn(shape), torch.randn(3, *shape))
+    assert _aten_calls(program) == [callee]
+    assert program.kernels_for_emit(), "the elementwise ops around it are still kernels"
+
+
+def test_an_invalid_kernel_is_refused_when_made_and_its_ops_become_aten_calls(monkeypatch):
+    """Every kernel is checked by Triton's parser and verifier when the plan makes it, never at a
+    call: an invalid one is the op's located TidalUnsupported, and the aten ops it came from run
+    as ATen calls instead."""
+    import torch
+
+    from tidal.backends.gpu import kernels as K
+    from tidal.backends.gpu.plan import PlanBuilder
+    from tidal.backends.gpu.ttir import Kernel
+    from tidal.diagnostics import TidalUnsupported
+
+    made = K.generic_kernel
+
+    def broken(op, name, *args, **kwargs):
+        launch = made(op, name, *args, **kwargs)
+        launch.kernel.text = launch.kernel.text.replace("tt.return", "tt.store %nowhere, %nothing\n    tt.return", 1)
+        return launch
+
+    monkeypatch.setattr(K, "generic_kernel", broken)
+    program = _traced_gpu_program(lambda x: (x.sin() * 2,), torch.randn(8, 8))
+    assert program.kernels_for_emit() == []
+    assert _aten_calls(program) == ["aten::mul", "aten::sin"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = import_program(lambda x: (x.sin(),), (torch.randn(4),))
+    builder = PlanBuilder(prog.module, None, None)
+    (op,) = [o for o in _walk(prog.module.operation) if o.name.startswith("torch.aten")]
+    bad = Kernel("bad", "module {\n  tt.func public @bad() {\n    %v = arith.extui None : tensor<4xi1> to tensor<4xi8>\n"
+                        "    tt.return\n  }\n}\n", {})
+    with pytest.raises(TidalUnsupported) as info:
+        builder.take(bad, op)
+    message = info.value.format()
+    assert "not valid Triton IR" in message and "expected SSA operand" in message and "test_gpu_lowering.py:" in message
+
+
+@pytest.fixture
+def gpu_programs_of_torch_compile(monkeypatch):
+    """torch.compile(backend="tidal") on CPU tensors taking the GPU path as far as a GPU is not
+    needed: the GpuPrograms Dynamo's graphs (dynamic sizes included) became, in order. Their
+    calls fail for want of CUDA; the graphs then run in eager."""
+    import tidal.compiler
+    import tidal.dynamo
+
+    made = []
+    build = tidal.compiler.gpu_function
+    monkeypatch.setattr(tidal.dynamo, "_device", lambda inputs: "cuda")
+    monkeypatch.setattr(tidal.compiler, "gpu_function", lambda *a, **k: made.append(build(*a, **k)) or made[-1])
+    return made
+
+
+def _compile_on_cpu_for_the_gpu(fn, calls):
+    import torch
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "warn"})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        for args in calls:
+            compiled(*args)
+
+
+@pytest.mark.parametrize("name", ["shape_predicate", "python_int_counter", "returns_the_counter", "branch_uses_a_size",
+                                  "associative_scan_in_scan"])
+def test_dynamic_size_programs_make_valid_kernels_at_plan_time(gpu_programs_of_torch_compile, name):
+    """Dynamo's graphs with symbolic sizes (shape predicates, Python-int carries) build their
+    kernels when the plan is made (a dynamic size as a typical one), each valid Triton IR; the
+    Python-int counter's kernel stores a captured scalar as it is (it was text with no operand)."""
+    from test_conformance import CASES
+
+    from tidal.backends.gpu.triton_compile import kernel_errors
+
+    fn, calls = CASES[name]
+    _compile_on_cpu_for_the_gpu(fn, calls)
+    assert len(gpu_programs_of_torch_compile) >= 2, "a static graph, then one with dynamic sizes"
+    kernels = [k for p in gpu_programs_of_torch_compile for k in p.kernels_for_emit()]
+    assert kernels
+    assert [k.name for k in kernels if kernel_errors(k) is not None] == []
+    for kernel in kernels[:3]:
+        assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+
+
+def test_a_linear_on_a_3d_input_with_dynamic_sizes_is_a_view_not_a_fallback(gpu_programs_of_torch_compile):
+    """nn.Linear on [T, B, D] whose sizes change: Dynamo's second graph reshapes by sizes known
+    only at run time (`tensor.reshape` of a shape made from them), a view read on the host."""
+    import torch
+
+    lin = torch.nn.Linear(8, 16)
+    _compile_on_cpu_for_the_gpu(lin, [(torch.randn(5, 3, 8),), (torch.randn(7, 2, 8),)])
+    programs = gpu_programs_of_torch_compile
+    assert len(programs) == 2
+    assert any(op.name in ("tensor.reshape", "tensor.expand_shape", "tensor.collapse_shape")
+               for op in _walk(programs[1].module.operation))
+
+
+def test_associative_scan_with_any_combine_is_planned_on_the_device():
+    """A combine that is not one elementwise kernel (a matrix product, a cond inside, captured
+    values) runs on the device as the sequential running combine, its steps planned once."""
+    import torch
+    from torch._higher_order_ops import associative_scan
+
+    def products(m):
+        return associative_scan(lambda p, q: p @ q, m, dim=0, combine_mode="generic")
+
+    def with_cond(x):
+        return associative_scan(lambda a, b: torch.where(a > b, a, a + b), x, dim=0, combine_mode="generic")
+
+    _traced_gpu_program(products, torch.randn(5, 2, 2))
+    _traced_gpu_program(with_cond, torch.randn(6, 4))
 
 
 def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():

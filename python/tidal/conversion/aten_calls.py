@@ -106,8 +106,10 @@ def _is_tensor(value: ir.Value) -> bool:
     return spec is not None and spec.torch and spec.dtype in CALLABLE_DTYPES
 
 
-def _encode(value: ir.Value, schema_type, tensors: list[ir.Value]) -> ir.Attribute:
-    """The `args` entry for one schema argument; tensor values are appended to `tensors`."""
+def _encode(value: ir.Value, schema_type, tensors: list[ir.Value], scalars: bool = False) -> ir.Attribute:
+    """The `args` entry for one schema argument; tensor values are appended to `tensors`. A
+    constant `Scalar` is encoded only with `scalars` (the GPU plan's calls take them; the native
+    calls' C ABI does not)."""
     kind = schema_type
     if isinstance(kind, torch.OptionalType):
         if _defining_op(value) is not None and value.owner.name == "torch.constant.none":
@@ -148,6 +150,14 @@ def _encode(value: ir.Value, schema_type, tensors: list[ir.Value]) -> ir.Attribu
         v = _constant(value)
         if isinstance(v, int):
             return _i64(v)
+    if scalars and isinstance(kind, torch.NumberType):
+        v = _constant(value)
+        if isinstance(v, bool):
+            return ir.BoolAttr.get(v)
+        if isinstance(v, int):
+            return _i64(v)
+        if isinstance(v, float):
+            return ir.FloatAttr.get(ir.F64Type.get(), v, loc=ir.Location.unknown())
     raise _NotEncodable(f"a {kind} argument")
 
 
@@ -164,16 +174,16 @@ def _why_not(op: ir.Operation, names, schema) -> str | None:
     return None
 
 
-def to_aten_call(op: ir.Operation) -> ir.Operation:
+def to_aten_call(op: ir.Operation, scalars: bool = False) -> ir.Operation:
     """Replace `op` by an equivalent `tidal.aten_call`; raises _NotEncodable (op untouched) with
-    the reason when the call cannot be expressed."""
+    the reason when the call cannot be expressed (`scalars`: see `_encode`)."""
     names = aten_name(op)
     schema = schema_of(*names) if names else None
     reason = _why_not(op, names, schema)
     if reason is not None:
         raise _NotEncodable(reason)
     tensors: list[ir.Value] = []
-    args = [_encode(v, a.type, tensors) for v, a in zip(op.operands, schema.arguments)]
+    args = [_encode(v, a.type, tensors, scalars) for v, a in zip(op.operands, schema.arguments)]
     with ir.InsertionPoint(op):
         call = build_aten_call(names[0], names[1], tensors, args, [r.type for r in op.results], loc=op.location)
     for old, new in zip(op.results, call.results):

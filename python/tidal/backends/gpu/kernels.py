@@ -190,7 +190,10 @@ class GenericBody:
         for inner in self.body.operations:
             name = inner.operation.name
             if name == "linalg.yield":
-                return [values.get(v) for v in inner.operands]
+                if stop:  # a split reduction's results are its combiners', which its caller folds
+                    return []
+                # it may yield a captured scalar or a constant as they are
+                return [self._tile_of(v, values, shape, inner) for v in inner.operands]
             if stop and any(inner == s for s in stop):
                 continue
             if name == "linalg.index":
@@ -208,20 +211,23 @@ class GenericBody:
                            else values[v] for v in list(inner.operands)[1:]]
                 values[inner.results[0]] = addr.load(addr.pointers(ptr, elem, addr.offsets(strides, idx_i32)), elem, mask)
                 continue
-            operands = []
-            for v in inner.operands:
-                if v not in values:
-                    k = next((i for i, c in enumerate(self.captured) if c == v), None)
-                    if k is not None and self.captured_scalar[k]:
-                        values[v] = b.splat(self.cap_args[k][0], self.cap_args[k][2], shape)
-                    elif isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
-                        values[v] = translate_op(b, v.owner, [], shape)[0]
-                    else:
-                        raise TidalUnsupported(f"GPU backend: '{name}' reads a tensor inside a generic", inner.location)
-                operands.append(values[v])
+            operands = [self._tile_of(v, values, shape, inner) for v in inner.operands]
             for r, v in zip(inner.results, translate_op(b, inner, operands, shape)):
                 values[r] = v
         raise AssertionError("linalg.generic body without linalg.yield")
+
+    def _tile_of(self, v, values, shape, user) -> str:
+        """The tile holding `v` inside the body: computed there, or a captured scalar splat, or a
+        constant re-emitted (once each)."""
+        if v not in values:
+            k = next((i for i, c in enumerate(self.captured) if c == v), None)
+            if k is not None and self.captured_scalar[k]:
+                values[v] = self.b.splat(self.cap_args[k][0], self.cap_args[k][2], shape)
+            elif isinstance(v.owner, ir.OpView) and v.owner.operation.name == "arith.constant":
+                values[v] = translate_op(self.b, v.owner, [], shape)[0]
+            else:
+                raise TidalUnsupported(f"GPU backend: '{user.operation.name}' reads a tensor inside a generic", user.location)
+        return values[v]
 
     def dim_sources(self):
         return [next((k, r) for k, dims in enumerate(self.operand_dims) for r, dd in enumerate(dims) if dd == d)

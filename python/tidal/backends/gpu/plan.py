@@ -91,6 +91,20 @@ class PlanBuilder:
 
     # -- helpers -----------------------------------------------------------------------------------
 
+    def take(self, kernel, op):
+        """`kernel`, made for `op`, checked by Triton's parser and verifier before anything
+        launches it: an invalid kernel is the op's TidalUnsupported (a located fallback, or the
+        strict mode's error), never a crash of a call. Listed for --emit."""
+        from tidal.backends.gpu.triton_compile import kernel_errors
+
+        kernel.location = op.location
+        errors = kernel_errors(kernel)
+        if errors is not None:
+            raise TidalUnsupported(f"GPU backend: the kernel made for '{op.operation.name}' is not valid Triton IR "
+                                   f"({errors.splitlines()[0]}); please report it with the program", op.location)
+        self.kernels.append(kernel)
+        return kernel
+
     def _new_kernel_name(self, what: str) -> str:
         self._kernel_count += 1
         return f"tidal_{what}_{self._kernel_count}"
@@ -179,17 +193,16 @@ class PlanBuilder:
             kernel.num_warps = REDUCE_WARPS
             return kernel
 
-        variants = _Variants(self, make)
+        variants = _Variants(self, op, make)
 
         def blocks(rows: int, red: int) -> tuple[int, int]:
             block_r = min(_next_pow2(max(red, 1)), REDUCE_BLOCK)
             return min(max(1, REDUCE_TILE // block_r), _next_pow2(max(rows, 1))), block_r
 
-        static = [s for v in operands for s in _tensor_type(v).shape]
-        if _DYNAMIC not in static:  # build the kernel now: --emit shows it
-            sizes = [_tensor_type(operands[k]).shape[r] for k, r in dim_sources]
-            red = _prod(sizes[d] for d in reduction)
-            variants.kernel((*blocks(_prod(sizes[d] for d in parallel), red), *_layout(flat_reads, [], red)))
+        # build a kernel now, so Triton verifies it before any call and --emit shows it
+        sizes = [_static_or_typical(_tensor_type(operands[k]).shape[r]) for k, r in dim_sources]
+        red = _prod(sizes[d] for d in reduction)
+        variants.kernel((*blocks(_prod(sizes[d] for d in parallel), red), *_layout(flat_reads, [], red)))
         arrivals: dict = {}  # (device, row blocks) -> zeroed counters, which the last arrival zeroes again
 
         def out_shape(env, o):
@@ -234,7 +247,7 @@ class PlanBuilder:
             return self._split_reduction(op)
         name = self._new_kernel_name("generic")
         launch = K.generic_kernel(op, name)  # what every variant launches with
-        variants = _Variants(self, lambda flat, aligned: K.generic_kernel(op, _variant_name(name, flat, aligned), flat, aligned).kernel)
+        variants = _Variants(self, op, lambda flat, aligned: K.generic_kernel(op, _variant_name(name, flat, aligned), flat, aligned).kernel)
         g = op.opview
         ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
         operands = [*ins, *outs]
@@ -302,25 +315,39 @@ class PlanBuilder:
         src, result = op.operands[0], op.results[0]
         return lambda env: env.__setitem__(result, env[src].clone())
 
-    def _reshape(self, op):
+    def _op_tensor_expand_shape(self, op):
+        """A view: the result's sizes are its static ones and, for each dynamic one, an operand."""
         src, result = op.operands[0], op.results[0]
-        shape = list(_tensor_type(result).shape)
-        dynamic = [i for i, s in enumerate(shape) if s == _DYNAMIC]
+        static, dynamic = self._static(op, "static_output_shape"), list(op.operands)[1:]
+        return lambda env: env.__setitem__(result, env[src].reshape(self._mixed(static, dynamic, env)))
+
+    def _op_tensor_collapse_shape(self, op):
+        """A view (a copy only where the source's strides cannot be merged): each result dim is
+        the product of its group of source dims."""
+        src, result = op.operands[0], op.results[0]
+        groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
 
         def step(env):
             t = env[src]
-            target = list(shape)
-            if dynamic:
-                known = 1
-                for s in shape:
-                    known *= s if s != _DYNAMIC else 1
-                target[dynamic[0]] = t.numel() // max(known, 1)
-            env[result] = t.reshape(target)
+            env[result] = t.reshape([_prod(t.shape[d] for d in g) for g in groups])
 
         return step
 
-    _op_tensor_expand_shape = _reshape
-    _op_tensor_collapse_shape = _reshape
+    def _op_tensor_reshape(self, op):
+        """A view to sizes given as a 1-d tensor: read where they were made on the host (a
+        `tensor.from_elements` of sizes) without a device round trip; else read back once."""
+        src, sizes, result = op.operands[0], op.operands[1], op.results[0]
+        owner = sizes.owner
+        if not isinstance(owner, ir.Block) and owner.operation.name == "tensor.from_elements":
+            elems = list(owner.operands)
+            return lambda env: env.__setitem__(result, env[src].reshape([int(self._on_host(env[e])) for e in elems]))
+
+        def step(env):
+            if torch.cuda.is_current_stream_capturing():
+                raise _NeedsTheHost
+            env[result] = env[src].reshape([int(v) for v in env[sizes].tolist()])
+
+        return step
 
     def _op_tensor_cast(self, op):
         src, result = op.operands[0], op.results[0]
@@ -378,6 +405,8 @@ class PlanBuilder:
     def _op_tensor_from_elements(self, op):
         elems, result = list(op.operands), op.results[0]
         dtype, shape = _dtype(result), list(_tensor_type(result).shape)
+        if all(u.owner.name == "tensor.reshape" and u.operand_number == 1 for u in result.uses):
+            return lambda env: None  # sizes the reshapes read on the host (`_op_tensor_reshape`)
         def step(env):
             if torch.cuda.is_current_stream_capturing():
                 raise _NeedsTheHost  # a copy from host memory
@@ -530,23 +559,30 @@ class PlanBuilder:
         block = op.regions[0].blocks[0]
         body = _Plan(self, block)
 
-        if any(s == _DYNAMIC for r in results[n:] for i, s in enumerate(_tensor_type(r).shape) if i != dim):
-            raise TidalUnsupported("GPU backend: a scan whose stacked outputs have dynamic inner dims", op.location)
         stacked = [(list(_tensor_type(r).shape), _dtype(r)) for r in results[n:]]
+        inner_dynamic = any(s == _DYNAMIC for shape, _ in stacked for i, s in enumerate(shape) if i != dim)
 
         def step(env):
             carries = [env[v] for v in operands[:n]]
             xs = [env[v] for v in operands[n : n + k]]
             consts = [env[v] for v in operands[n + k :]]
             length = xs[0].shape[dim]
-            ys = [torch.empty([length if i == dim else s for i, s in enumerate(shape)], dtype=dtype, device="cuda")
-                  for shape, dtype in stacked]
+            ys = None
+            if length == 0 and inner_dynamic:
+                raise TidalUnsupported("GPU backend: a scan of no steps whose per-step outputs have dynamic sizes "
+                                       "(the sizes of its empty stacked outputs are unknown)", op.location)
             for i in range(length):
                 t = length - 1 - i if reverse else i
                 outs = body.run(env, [*carries, *[x.select(dim, t) for x in xs], *consts], block)
                 carries = outs[:n]
+                if ys is None:  # the per-step outputs' sizes are known from the first step
+                    ys = [torch.empty([*v.shape[:dim], length, *v.shape[dim:]], dtype=dtype, device="cuda")
+                          for v, (_, dtype) in zip(outs[n:], stacked)]
                 for y, v in zip(ys, outs[n:]):
                     y.select(dim, t).copy_(v)
+            if ys is None:
+                ys = [torch.empty([length if i == dim else s for i, s in enumerate(shape)], dtype=dtype, device="cuda")
+                      for shape, dtype in stacked]
             for r, v in zip(results, [*carries, *ys]):
                 env[r] = v
 
@@ -555,7 +591,7 @@ class PlanBuilder:
     def _device_row_scan(self, op, launch):
         """The whole time loop in one kernel, one program per block of batch rows (`row_scan`),
         the number of steps T an argument (a dynamic T included)."""
-        self.kernels.append(launch.kernel)
+        self.take(launch.kernel, op)
         results = list(op.results)
         n = ir.IntegerAttr(op.attributes["num_carries"]).value
         shapes = [list(_tensor_type(r).shape) for r in results]
@@ -602,7 +638,7 @@ class PlanBuilder:
         """The whole loop in one kernel: no host round trip per iteration (see `K.while_kernel`)."""
         n = ir.IntegerAttr(op.attributes["num_carries"]).value
         launch = K.while_kernel(op, self._new_kernel_name("while"), shape)
-        self.kernels.append(launch.kernel)
+        self.take(launch.kernel, op)
         operands, results = list(op.operands), list(op.results)
         numel = _prod(shape)
 
@@ -640,11 +676,39 @@ class PlanBuilder:
 
         return step
 
+    def _running_combine(self, op):
+        """An associative_scan whose combine is not one elementwise kernel (a cond or a loop
+        inside, matrix products, captured values, operands of different shapes): the CPU's
+        sequential form, the combine's steps launched once per position from the host. Nothing
+        is read back, so a replay runs it as one CUDA graph."""
+        attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
+        k, dim = attr("num_xs"), attr("dim")
+        reverse = ir.BoolAttr(op.attributes["reverse"]).value
+        operands, results = list(op.operands), list(op.results)
+        block = op.regions[0].blocks[0]
+        combine = _Plan(self, block)
+
+        def step(env):
+            xs, consts = [env[v] for v in operands[:k]], [env[v] for v in operands[k:]]
+            length = xs[0].shape[dim]
+            outs = [torch.empty_like(x) for x in xs]
+            order = range(length - 1, -1, -1) if reverse else range(length)
+            prefix = None
+            for t in order:  # with reverse, the later slices accumulated are the combine's lhs
+                row = [x.select(dim, t) for x in xs]
+                prefix = row if prefix is None else combine.run(env, [*prefix, *row, *consts], block)
+                for o, p in zip(outs, prefix):
+                    o.select(dim, t).copy_(p)
+            for r, o in zip(results, outs):
+                env[r] = o
+
+        return step
+
     def _op_tidal_associative_scan(self, op):
         k = ir.IntegerAttr(op.attributes["num_xs"]).value
         dim = ir.IntegerAttr(op.attributes["dim"]).value
         if len(op.operands) != k or not K.elementwise_combine(op):
-            raise TidalUnsupported("GPU backend: associative_scan needs an elementwise combine without captured values", op.location)
+            return self._running_combine(op)
         xs_values, results = list(op.operands)[:k], list(op.results)
         name = self._new_kernel_name("scan")
 
@@ -656,15 +720,15 @@ class PlanBuilder:
                 return K.lookback_scan_kernel(op, f"{name}_{variant}", block_t, block_c, _lookback_window(block_c), live=live)
             return K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, live=live)
 
-        variants = _Variants(self, make)
+        variants = _Variants(self, op, make)
 
         def launch(variant: str, block_t: int, block_c: int, grid, *args):
             _launch(variants.compiled((variant, block_t, block_c)), grid, args, op)
 
-        shape = list(_tensor_type(xs_values[0]).shape)
-        if _DYNAMIC not in shape:  # build the kernels now: --emit shows them
-            sizes = [max(1, _tensor_type(v).element_type.maybe_downcast().width // 8) for v in xs_values]
-            variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key)
+        # build a kernel now, so Triton verifies it before any call and --emit shows it
+        shape = [_static_or_typical(s) for s in _tensor_type(xs_values[0]).shape]
+        sizes = [max(1, _tensor_type(v).element_type.maybe_downcast().width // 8) for v in xs_values]
+        variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key)
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
@@ -689,6 +753,11 @@ class PlanBuilder:
                 env[r] = o.reshape(x.shape).movedim(0, dim) if o is not None else None
 
         return step
+
+
+def _static_or_typical(size: int) -> int:
+    """A static size as it is; a dynamic one as a typical size, to build one variant at plan time."""
+    return 1024 if size == _DYNAMIC else size
 
 
 def _folded_fill_literal(value) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import types
 
@@ -64,6 +65,45 @@ def _source(kernel: Kernel, text: str):
     return TextSource()
 
 
+_verify_context = None
+
+
+def kernel_errors(kernel: Kernel) -> str | None:
+    """Triton's parser and verifier on `kernel`'s text, in-process and without compiling (a few
+    ms): None when valid, else the diagnostics. Triton's diagnostics go to the C++ stderr, so
+    file descriptor 2 is taken for the parse."""
+    global _verify_context
+    _triton()
+    from triton._C.libtriton import ir as tir
+
+    if _verify_context is None:
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia.compiler import CUDABackend
+
+        _verify_context = tir.context()
+        tir.load_dialects(_verify_context)
+        CUDABackend(GPUTarget(*DEFAULT_TARGET, 32)).load_dialects(_verify_context)
+    text = kernel.text.replace(TARGET_PLACEHOLDER, "cuda:%d" % DEFAULT_TARGET[1])
+    with tempfile.NamedTemporaryFile("w", suffix="." + kernel.stage, delete=False) as f:
+        f.write(text)
+    with tempfile.TemporaryFile() as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            tir.parse_mlir_module(f.name, _verify_context)
+            failed = False
+        except RuntimeError:
+            failed = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.unlink(f.name)
+        err.seek(0)
+        diagnostics = err.read().decode(errors="replace").replace(f.name, kernel.name)
+    return (diagnostics.strip() or "the parser gave no reason") if failed else None
+
+
 def parse_target(text: str) -> tuple[str, int]:
     """`cuda:90` → ("cuda", 90)."""
     backend, _, arch = text.partition(":")
@@ -99,7 +139,11 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
                 _source(kernel, text), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
             )
         except RuntimeError as exc:
-            raise RuntimeError(f"triton could not compile kernel {kernel.name}:\n{kernel.text}") from exc
+            from tidal.diagnostics import TidalUnsupported
+
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise TidalUnsupported(f"GPU backend: triton could not compile kernel {kernel.name} ({first}); "
+                                   "please report it with the program", kernel.location) from exc
     return _compiled[key]
 
 

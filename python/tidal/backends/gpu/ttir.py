@@ -72,6 +72,7 @@ class Kernel:
     signature: dict[str, str]
     num_warps: int = 4
     stage: str = "ttir"
+    location: object = None  # the op's source location, for errors (set when the plan takes it)
 
 
 @dataclass

@@ -10,14 +10,12 @@ class _Variants:
     """The kernels of one op, one per variant key (block sizes, layout): made when first asked for
     (and then listed for --emit), compiled at their first launch."""
 
-    def __init__(self, builder, make):  # builder: a plan.PlanBuilder
-        self.builder, self.make, self.entries = builder, make, {}
+    def __init__(self, builder, op, make):  # builder: a plan.PlanBuilder
+        self.builder, self.op, self.make, self.entries = builder, op, make, {}
 
     def kernel(self, key: tuple):
         if key not in self.entries:
-            kernel = self.make(*key)
-            self.builder.kernels.append(kernel)
-            self.entries[key] = kernel
+            self.entries[key] = self.builder.take(self.make(*key), self.op)
         return self.entries[key]
 
     def compiled(self, key: tuple):
