@@ -109,11 +109,17 @@ def scan_checkpoint() -> int:
 
 
 def _backend_chain(fn):
-    """The backend callable and everything Dynamo and torch.compile wrapped around it."""
+    """The backend callable and everything Dynamo and torch.compile wrapped around it. Under DDP,
+    Dynamo compiles for `DDPOptimizer.compile_fn`, which hands each piece of the graph on to the
+    backend it keeps as `backend_compile_fn`."""
     seen = []
     while fn is not None and all(fn is not s for s in seen):
         seen.append(fn)
-        fn = getattr(fn, "_torchdynamo_orig_backend", None) or getattr(fn, "compiler_fn", None)
+        fn = (
+            getattr(fn, "_torchdynamo_orig_backend", None)
+            or getattr(fn, "compiler_fn", None)
+            or getattr(getattr(fn, "__self__", None), "backend_compile_fn", None)
+        )
     return seen
 
 
