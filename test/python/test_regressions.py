@@ -467,3 +467,107 @@ def test_regression_fast_tanh_saturates_to_exactly_one():
     got, fallbacks = compiled_with_fallbacks(saturated_tanh_at_a_cond_threshold, v)
     assert fallbacks == []
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+# -- constant_pad_nd with negative amounts (F.pad removing elements; every pad's gradient) ----
+
+NEGATIVE_PADS = [
+    [1, -1],  # was a wrong answer: the input itself
+    [-1, 1],
+    [0, -1],
+    [-1, 0],
+    [0, 0, 0, -1],
+    [0, 0, 1, -1],
+    [2, -3, -1, 1],
+    [-1, -1, -1, -1],
+    [0, -4],  # the last dim down to 0
+    [-2, -2],
+    [-4, 1],  # all of it removed, one added
+    [0, 0, 0, -3],  # the first dim down to 0
+]
+
+
+@pytest.mark.parametrize("pads", NEGATIVE_PADS, ids=str)
+def test_regression_negative_pad(pads):
+    """Fixed in this commit (`tidal-negative-pads`). Was: torch-mlir's constant_pad_nd lowering
+    handed negative amounts to tensor.pad, which takes only non-negative ones: [1, -1] gave a pad
+    of a static 3x3 to 3x3 that tensor.pad's folder replaced by its input (a silent wrong answer,
+    strict mode too); [0, -1] and [-1, 0] failed memref.subview's verifier."""
+    from tidal.compiler import compile_program
+
+    def pad(x):
+        return torch.nn.functional.pad(x, pads, value=1.5) * 2
+
+    x = torch.randn(3, 4)
+    expected = pad(x)
+    got, fallbacks = compiled_with_fallbacks(pad, x)
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(compile_program(pad, (x,))(x), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("pads", [[1, -1], [-2, -1], [-1, 2, 1, -1]], ids=str)
+def test_regression_negative_pad_other_modes(mode, pads):
+    """Eager takes negative amounts in the other modes too; tidal matches it."""
+    def pad(x):
+        return torch.nn.functional.pad(x, pads, mode=mode)
+
+    x = torch.randn((1, 2, 4, 5)[: 2 + len(pads) // 2])  # as many padded dims as eager allows
+    got, fallbacks = compiled_with_fallbacks(pad, x)
+    assert fallbacks == []
+    torch.testing.assert_close(got, pad(x), rtol=0, atol=0)
+
+
+def shifted_in_a_scan(c0, xs):
+    def step(c, x):
+        y = torch.nn.functional.pad(x, [1, -1]) + torch.nn.functional.pad(c, [-1, 1], value=2.0)
+        return y, torch.nn.functional.pad(y, [-1, -2])
+
+    return scan(step, c0, xs)
+
+
+def test_regression_negative_pad_in_a_scan_body():
+    """Negative pads in a loop body (a region op's body): fixed in this commit, as above."""
+    from tidal.compiler import compile_program
+
+    c0, xs = torch.randn(4), torch.randn(5, 4)
+    expected = shifted_in_a_scan(c0, xs)
+    got, fallbacks = compiled_with_fallbacks(shifted_in_a_scan, c0, xs)
+    assert fallbacks == []
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(compile_program(shifted_in_a_scan, (c0, xs))(c0, xs), expected, rtol=0, atol=0)
+
+
+def pad_to_square(x):
+    return torch.nn.functional.pad(x, [1, x.shape[0] - x.shape[1]])  # symbolic: of either sign
+
+
+def test_regression_symbolic_negative_pad():
+    """A symbolic amount negative at run time: fixed in this commit (split into max(-p, 0) removed
+    and max(p, 0) added at run time). Was: a wrong answer for every shape here."""
+    compiled = torch.compile(pad_to_square, backend="tidal", dynamic=True, options={"fallback": "error"})
+    for shape in [(2, 3), (3, 4), (4, 8), (5, 5), (6, 3)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), pad_to_square(x), rtol=0, atol=0)
+
+
+def padded_energy(x):
+    return (torch.nn.functional.pad(x, [1, 2, 0, 1], value=0.5).sin() * torch.arange(28.0, dtype=x.dtype).reshape(4, 7)).sum()
+
+
+def test_regression_pad_gradient():
+    """The gradient of a pad is a negative pad: training any graph with a positive pad failed
+    strictly (memref.subview out of bounds). Fixed in this commit."""
+    x = torch.randn(3, 4, requires_grad=True)
+    compiled = torch.compile(padded_energy, backend="tidal", options={"fallback": "error"})
+    (got,) = torch.autograd.grad(compiled(x), x)
+    (expected,) = torch.autograd.grad(padded_energy(x), x)
+    torch.testing.assert_close(got, expected)
+
+    def shifted(x):
+        return torch.nn.functional.pad(x, [1, -1, -1, 2]).sin() * 3
+
+    for fn, shape in [(shifted, (2, 3)), (padded_energy, (3, 4))]:
+        x64 = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(torch.compile(fn, backend="tidal", options={"fallback": "error"}), (x64,))

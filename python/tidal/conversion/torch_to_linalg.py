@@ -186,9 +186,9 @@ def backend_contract(module_op):
 # crashes (SIGSEGV in SymbolRefAttr::getRootReference) on tidal.scan/map/associative_scan. tidal's
 # importer never emits calls (subgraphs become regions), so there is nothing to inline.
 TORCH_BACKEND_PASSES = (
-    "tidal-empty-tensors, tidal-integer-division, tidal-aten-calls, func.func(torch-match-quantized-custom-ops), func.func(canonicalize, "
-    "torch-reduce-op-variants, canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, canonicalize), "
-    "tidal-index-bounds, tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
+    "tidal-empty-tensors, tidal-negative-pads, tidal-integer-division, tidal-aten-calls, func.func(torch-match-quantized-custom-ops), "
+    "func.func(canonicalize, torch-reduce-op-variants, canonicalize, torch-decompose-complex-ops, torch-recompose-complex-ops, "
+    "canonicalize), tidal-negative-pads, tidal-index-bounds, tidal-nan-semantics, tidal-fold-reversals, tidal-scan-contractions"
 )
 # torch-backend-to-linalg-on-tensors-backend-pipeline without its last two passes (the finalizing
 # type conversion needs tidal-retype first; the contract check rejects tidal ops).
