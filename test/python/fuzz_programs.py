@@ -55,6 +55,7 @@ Left out on purpose:
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
@@ -559,8 +560,9 @@ def build(desc: Program, loops: bool = False):
     return module.program, src
 
 
-def make_inputs(desc: Program) -> tuple:
-    """The state and the captured inputs, deterministic in `desc.seed`."""
+def make_inputs(desc: Program, device="cpu") -> tuple:
+    """The state and the captured inputs, deterministic in `desc.seed` (drawn on the CPU, then
+    moved to `device`)."""
     g = torch.Generator().manual_seed(desc.seed)
 
     def tensor(spec: Spec, scale: float = 1.0):
@@ -574,7 +576,7 @@ def make_inputs(desc: Program) -> tuple:
         square = len(spec.shape) == 2 and spec.shape[0] == spec.shape[1]
         # A weight (n, n) scaled by 1/n keeps matmul non-expansive (in the max norm).
         out.append(tensor(spec, 1.0 / spec.shape[0] / 2 if square and spec.dtype != "int64" else 1.0))
-    return tuple(out)
+    return tuple(t.to(device) for t in out)
 
 
 def tolerances(dtype: str) -> dict:
@@ -638,23 +640,33 @@ def _eager(fn, inputs, desc: Program):
         raise GeneratorBug(f"eager PyTorch rejected a generated program: {exc}\n{reproduction(desc)}") from exc
 
 
-def check(desc: Program) -> None:
-    """Compile `desc` with tidal and compare with eager; raises FuzzFailure with a reproduction."""
+def _making_tensors_on(device):
+    """Tensors the program makes without a device (a while_loop's counter) made on `device`."""
+    return contextlib.nullcontext() if torch.device(device).type == "cpu" else torch.device(device)
+
+
+def check(desc: Program, device="cpu") -> None:
+    """Compile `desc` with tidal and compare with eager; raises FuzzFailure with a reproduction.
+    On another device than the CPU (test_gpu_suites.py: CUDA) every program goes through
+    torch.compile, strictly (options={"fallback": "error"}: a fallback raises TidalCompileError),
+    and eager runs there too."""
     from tidal.compiler import compile_program
     from tidal.diagnostics import TidalError
     from tidal.dynamo import TidalFallbackWarning
 
     fn, _ = build(desc)
-    inputs = make_inputs(desc)
-    with torch.no_grad(), warnings.catch_warnings():
+    inputs = make_inputs(desc, device)
+    on_cpu = torch.device(device).type == "cpu"
+    with torch.no_grad(), warnings.catch_warnings(), _making_tensors_on(device):
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", UserWarning)
         expected = _eager(fn, inputs, desc)
-        if desc.via == "dynamo":
+        if desc.via == "dynamo" or not on_cpu:
             torch._dynamo.reset()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", TidalFallbackWarning)
-                got = torch.compile(fn, backend="tidal")(*inputs)
+                strict = {} if on_cpu else {"options": {"fallback": "error"}}
+                got = torch.compile(fn, backend="tidal", **strict)(*inputs)
             fallbacks = [str(w.message) for w in caught if issubclass(w.category, TidalFallbackWarning)]
             if fallbacks:
                 raise FuzzFailure(f"valid program fell back to eager: {fallbacks[0]}\n{reproduction(desc)}")
@@ -675,11 +687,11 @@ def check(desc: Program) -> None:
         raise FuzzFailure(f"tidal differs from eager: {exc}\n{reproduction(desc)}") from None
 
 
-def make_weights(desc: Program) -> torch.Tensor:
+def make_weights(desc: Program, device="cpu") -> torch.Tensor:
     """The fixed random weights of the loss `(out * weights).sum()`: every output element gets its
     own cotangent, so a gradient swapped between elements is seen."""
     g = torch.Generator().manual_seed(desc.seed + 1)
-    return (torch.rand(desc.state.shape, generator=g, dtype=torch.float64) * 2 - 1).to(getattr(torch, desc.state.dtype))
+    return (torch.rand(desc.state.shape, generator=g, dtype=torch.float64) * 2 - 1).to(device, getattr(torch, desc.state.dtype))
 
 
 def grad_tolerances(dtype: str, reference: list[torch.Tensor], reference_error: float = 0.0) -> dict:
@@ -716,11 +728,13 @@ def _grads(out, weights, leaves) -> list[torch.Tensor]:
     return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
 
 
-def check_gradients(desc: Program) -> None:
+def check_gradients(desc: Program, device="cpu") -> None:
     """Train-step `desc` through tidal (strict torch.compile, every input requiring grad, loss
     `(out * make_weights(desc)).sum()`) and compare the output and every input's gradient with
     eager autograd of `loop_source_of(desc)`, whose forward is first checked against eager's HOPs.
-    Small float64 programs also get `torch.autograd.gradcheck` on the compiled function."""
+    Small float64 programs also get `torch.autograd.gradcheck` on the compiled function. With
+    another `device` (test_gpu_suites.py: CUDA) tidal runs there (gradcheck too), on the same
+    inputs moved there; the reference and its check against eager stay on the CPU."""
     from tidal.dynamo import TidalCompileError
 
     assert desc.grad and desc.state.dtype != "int64", desc
@@ -747,10 +761,12 @@ def check_gradients(desc: Program) -> None:
 
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="tidal", options={"fallback": "error"})
-        leaves = [x.clone().requires_grad_() for x in inputs]
+        leaves = [x.to(device, copy=True).requires_grad_() for x in inputs]
         try:
-            got = compiled(*leaves)
-            got_grads = _grads(got, weights, leaves)
+            with _making_tensors_on(device):
+                got = compiled(*leaves)
+                got_grads = _grads(got, weights.to(device), leaves)
+            got, got_grads = got.cpu(), [g.cpu() for g in got_grads]
         except TidalCompileError as exc:
             raise FuzzFailure(f"tidal rejected a valid program: {exc}\n{reproduction(desc)}") from None
         except Exception as exc:  # noqa: BLE001 - anything else is a crash: report it
@@ -777,7 +793,7 @@ def check_gradients(desc: Program) -> None:
             # gradcheck runs one backward per output element on one graph (retain_graph), which a
             # backward that reuses its saved tensors' buffers (aot_autograd's default) refuses.
             torch._dynamo.reset()
-            with torch._functorch.config.patch(donated_buffer=False):
+            with torch._functorch.config.patch(donated_buffer=False), _making_tensors_on(device):
                 compiled = torch.compile(fn, backend="tidal", options={"fallback": "error"})
                 try:
                     torch.autograd.gradcheck(compiled, tuple(leaves), eps=1e-6, atol=1e-5, rtol=1e-4)

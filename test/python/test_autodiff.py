@@ -5,6 +5,7 @@ float64 gradcheck, strict (a graph that fell back to eager would match eager and
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from pathlib import Path
@@ -30,28 +31,46 @@ def _requiring_grad(tree):
     )
 
 
-def _grads(fn, args, leaves, seed=0):
+def _grads(fn, args, leaves, seed=0, cotangent_dtype=None):
+    """(fn's outputs, the gradients of `leaves`) for a random cotangent of each float output,
+    drawn on the CPU in `cotangent_dtype` (default: the output's), then given the output's dtype
+    and device: a reference in float64 on the CPU gets the same cotangents as a float32 program
+    on CUDA when both draw in float32."""
     out = fn(*args)
     floats = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.dtype.is_floating_point]
     gen = torch.Generator().manual_seed(seed)
     # one cotangent per float output, whether or not it needs grad (a constant output may need
     # none in one program and look differentiable in another)
-    pairs = [(o, torch.randn(o.shape, generator=gen, dtype=o.dtype)) for o in floats]
+    pairs = [(o, torch.randn(o.shape, generator=gen, dtype=cotangent_dtype or o.dtype).to(o.device, o.dtype)) for o in floats]
     pairs = [(o, g) for o, g in pairs if o.requires_grad]
     grads = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
     # a compiled graph gives zeros where eager autograd finds no path (and says None)
     return out, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves)]
 
 
-def _check_gradients(model, args, rtol=1e-4, atol=1e-4, compiled=None):
-    """tidal's gradients against eager autograd of the same program with its scans and
-    while_loops run as Python loops (loop_reference.py says why not PyTorch's HOP autograd)."""
-    args = _requiring_grad(args)
+def _leaves(model, args):
     params = [p for p in model.parameters()] if isinstance(model, torch.nn.Module) else []
-    leaves = [t for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
-    leaves += params
-    compiled = compiled or torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
-    out, got = _grads(compiled, args, leaves)
+    return [t for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad] + params
+
+
+def _check_gradients(model, args, rtol=1e-4, atol=1e-4, compiled=None, device=None):
+    """tidal's gradients against eager autograd of the same program with its scans and
+    while_loops run as Python loops (loop_reference.py says why not PyTorch's HOP autograd).
+    With a `device` (test_gpu_suites.py: "cuda"), tidal runs a copy of the model and the inputs
+    there (tensors made without a device made there too), the reference stays on the CPU; a
+    `compiled` given with a device must be of `model` itself (a function: nothing to copy)."""
+    args = _requiring_grad(args)
+    leaves = _leaves(model, args)
+    if device is None:
+        compiled = compiled or torch.compile(model, backend="tidal", fullgraph=True, options=STRICT)
+        out, got = _grads(compiled, args, leaves)
+    else:
+        on_device = copy.deepcopy(model).to(device) if isinstance(model, torch.nn.Module) else model
+        device_args = _requiring_grad(torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, args))
+        compiled = compiled or torch.compile(on_device, backend="tidal", fullgraph=True, options=STRICT)
+        with torch.device(device):
+            out, got = _grads(compiled, device_args, _leaves(on_device, device_args))
+        out, got = torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, (out, got))
     with python_loops(model):
         expected_out, expected = _grads(model, args, leaves)
     torch.testing.assert_close(out, expected_out, rtol=rtol, atol=atol)
@@ -609,16 +628,25 @@ def tensor_counter_to_rows(x):
     )
 
 
-@pytest.mark.parametrize("fn", [count_to_rows, count_rows_down, tensor_counter_to_rows], ids=lambda f: f.__name__)
+LOOPS_OVER_SIZES = [count_to_rows, count_rows_down, tensor_counter_to_rows]
+
+
+@pytest.mark.parametrize("fn", LOOPS_OVER_SIZES, ids=lambda f: f.__name__)
 def test_while_loop_over_sizes_differentiates_for_every_size(fn, compiled_graphs):
     """Against the same loop in Python, 3 rows running it zero times. Was: the rule refused the
     int/SymInt carries, and called zeros_like on a size among the consts (the cotangent
     accumulators); a stacked carry of dynamic shape could not be allocated."""
+    check_while_loop_over_sizes(fn)
+    assert len(compiled_graphs) == 2  # one forward, one backward: every size symbolic
+
+
+def check_while_loop_over_sizes(fn, device=None):
+    """`fn` compiled once with every size symbolic, trained at 3, 5 and 6 rows (on `device`:
+    test_gpu_suites.py)."""
     compiled = torch.compile(fn, backend="tidal", dynamic=True, fullgraph=True, options=STRICT)
     gen = torch.Generator().manual_seed(11)
     for rows in (3, 5, 6):
-        _check_gradients(fn, (torch.randn(rows, 4, generator=gen) * 0.5,), compiled=compiled)
-    assert len(compiled_graphs) == 2  # one forward, one backward: every size symbolic
+        _check_gradients(fn, (torch.randn(rows, 4, generator=gen) * 0.5,), compiled=compiled, device=device)
 
 
 def cond_on_rows(x, w):

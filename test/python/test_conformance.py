@@ -5,6 +5,8 @@ the caller, reductions in a while_loop's cond, clone-and-mutate bodies, associat
 scan. (Adapted from test/functorch/test_control_flow.py and torch/testing/_internal/hop_db.py.)
 """
 
+import contextlib
+
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -74,12 +76,29 @@ CASES = {
 }
 
 
+def on_device(tree, device):
+    """The tensors of `tree` moved to `device` (the same ones on the CPU)."""
+    return pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _making_tensors_on(device):
+    """Factory calls without a device (torch.zeros(3) in a body) make them on `device`; nothing
+    on the CPU."""
+    return contextlib.nullcontext() if torch.device(device).type == "cpu" else torch.device(device)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_program_compiles_strictly_and_matches_eager(name):
+    check_case(name)
+
+
+def check_case(name, device="cpu"):
+    """CASES[name] at each of its sizes, compiled once, on `device` (test_gpu_suites.py: CUDA)."""
     fn, calls = CASES[name]
     compiled = torch.compile(fn, backend="tidal", fullgraph=True, options={"fallback": "error"})
-    with torch.no_grad():
+    with torch.no_grad(), _making_tensors_on(device):
         for args in calls:
+            args = on_device(args, device)
             expected, got = fn(*args), compiled(*args)
             torch.testing.assert_close(got, expected)
             # Python scalars come back as Python scalars, exactly as eager returns them
@@ -110,12 +129,17 @@ def _hop_db_cases():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_pytorch_hop_db_program(info, dtype):
     """Every control-flow program of PyTorch's own HOP OpInfo database (torch/testing/_internal/hop_db.py)."""
-    for sample in info.sample_inputs("cpu", dtype, requires_grad=False):
+    check_hop_db_program(info, dtype)
+
+
+def check_hop_db_program(info, dtype, device="cpu", **tolerance):
+    """hop_db's samples of `info` on `device` (test_gpu_suites.py: CUDA), each compiled afresh."""
+    for sample in info.sample_inputs(device, dtype, requires_grad=False):
         args = (sample.input, *sample.args)
         torch._dynamo.reset()
         compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(*args, **sample.kwargs), info.op(*args, **sample.kwargs))
+        with torch.no_grad(), _making_tensors_on(device):
+            torch.testing.assert_close(compiled(*args, **sample.kwargs), info.op(*args, **sample.kwargs), **tolerance)
 
 
 def _grad_cases():
@@ -128,6 +152,15 @@ def _grad_cases():
     ]
 
 
+def hop_db_grads(fn, args, kwargs, leaves):
+    """The gradients of `leaves` for a random cotangent of each output of `fn` that needs one
+    (drawn in float64 on the CPU, then given the output's dtype and device)."""
+    outs = [o for o in pytree.tree_leaves(fn(*args, **kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
+    g = torch.Generator().manual_seed(0)
+    loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)).sum() for o in outs)
+    return torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
+
+
 @pytest.mark.parametrize("info", _grad_cases())
 def test_pytorch_hop_db_gradients(info):
     """Gradients of PyTorch's HOP OpInfo programs through tidal's autodiff, against eager autograd
@@ -137,14 +170,7 @@ def test_pytorch_hop_db_gradients(info):
         leaves = [t for t in pytree.tree_leaves((args, sample.kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
         torch._dynamo.reset()
         compiled = torch.compile(info.op, backend="tidal", fullgraph=True, options={"fallback": "error"})
-
-        def grads(fn):
-            outs = [o for o in pytree.tree_leaves(fn(*args, **sample.kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
-            g = torch.Generator().manual_seed(0)
-            loss = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
-            return torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
-
-        for got, want in zip(grads(compiled), grads(info.op)):
+        for got, want in zip(hop_db_grads(compiled, args, sample.kwargs, leaves), hop_db_grads(info.op, args, sample.kwargs, leaves)):
             torch.testing.assert_close(got, want)
         # eager's HOP autograd is not a reference on its own (FOUNDATION.md, "Eager's own
         # mistakes"): float64 finite differences of the compiled program are a second one

@@ -12,6 +12,9 @@ Weights are scaled as real models initialize them, so tolerances stay meaningful
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,7 +26,9 @@ nn = torch.nn
 
 def module(m: nn.Module):
     m = m.eval()
-    return lambda x: _tuple(m(x))
+    f = lambda x: _tuple(m(x))  # noqa: E731
+    f.module = m  # for layer_on
+    return f
 
 
 def _tuple(out):
@@ -57,21 +62,26 @@ IDX = torch.tensor([[0, 2, 1, 3, 3, 0, 1, 2]])  # gather/scatter positions along
 ROWS = torch.tensor([3, 1])
 
 
+def _zeros(x, *shape):
+    """A buffer of x's dtype and device (the programs run in reduced precision and on CUDA too)."""
+    return torch.zeros(*shape, dtype=x.dtype, device=x.device)
+
+
 def scatter(x):
-    return (torch.zeros(2, 4).scatter(1, IDX.expand(2, 8)[:, :4], x[:, :4]),)
+    return (_zeros(x, 2, 4).scatter(1, IDX.expand(2, 8)[:, :4], x[:, :4]),)
 
 
 def scatter_add(x):
-    return (torch.zeros(2, 4).scatter_add(1, IDX.expand(2, 8), x),)
+    return (_zeros(x, 2, 4).scatter_add(1, IDX.expand(2, 8), x),)
 
 
 def index_put(x):
     rows = (x[:, 0].abs() * 2).long().clamp(max=3)  # data-dependent rows, as an output buffer write
-    return (torch.zeros(4, 8).index_put((rows,), x, accumulate=True),)
+    return (_zeros(x, 4, 8).index_put((rows,), x, accumulate=True),)
 
 
 def setitem(x):
-    out = torch.zeros(4, 8)
+    out = _zeros(x, 4, 8)
     out[ROWS] = x
     return (out,)
 
@@ -160,7 +170,7 @@ def _in_scan(f):
 
 
 def _in_while(f, x):
-    zeros = tuple(torch.zeros(o.shape, dtype=o.dtype) for o in f(x))
+    zeros = tuple(torch.zeros(o.shape, dtype=o.dtype, device=o.device) for o in f(x))
 
     def program(x):
         def body(i, c, *outs):
@@ -176,17 +186,46 @@ def _inputs(shape, dtype):
     return (torch.randn(shape) * 0.5).to(dtype)
 
 
-@pytest.mark.parametrize("mode", ["alone", "scan", "while"])
+MODES = ["alone", "scan", "while"]
+
+
+def layer_program(f, mode, shape, dtype, device="cpu", make_input=_inputs):
+    """(program, args): `f` alone, in a scan or in a while_loop (MODES), on inputs of `shape` in
+    `dtype` made by `make_input` and moved to `device` (test_gpu_suites.py runs these on CUDA,
+    with `layer_on(f, ...)` and under `index_buffers_on(device)`)."""
+    x = make_input(shape, dtype).to(device)
+    if mode == "alone":
+        return f, (x,)
+    if mode == "scan":
+        return _in_scan(f), (x, torch.stack([make_input(shape, dtype) for _ in range(3)]).to(device))
+    return _in_while(f, x), (x,)
+
+
+def layer_on(f, device, dtype):
+    """`f` of CASES or REDUCED with its module's parameters and buffers (a copy) on `device`, the
+    floating ones in `dtype`; a function without a module as it is."""
+    m = getattr(f, "module", None)
+    return f if m is None else module(copy.deepcopy(m).to(device=device, dtype=dtype))
+
+
+@contextlib.contextmanager
+def index_buffers_on(device):
+    """IDX and ROWS (the index buffers the programs read as globals, as a model's buffers) on
+    `device` while the block runs."""
+    global IDX, ROWS
+    saved = IDX, ROWS
+    IDX, ROWS = IDX.to(device), ROWS.to(device)
+    try:
+        yield
+    finally:
+        IDX, ROWS = saved
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(CASES) + list(REDUCED))
 def test_layer_compiles_strictly_and_matches_eager(name, mode):
     dtype, shape, f = REDUCED[name] if name in REDUCED else (torch.float32, *CASES[name])
-    x = _inputs(shape, dtype)
-    if mode == "alone":
-        program, args = f, (x,)
-    elif mode == "scan":
-        program, args = _in_scan(f), (x, torch.stack([_inputs(shape, dtype) for _ in range(3)]))
-    else:
-        program, args = _in_while(f, x), (x,)
+    program, args = layer_program(f, mode, shape, dtype)
     with torch.no_grad():
         expected = program(*args)
         got = torch.compile(program, backend="tidal", fullgraph=True)(*args)
