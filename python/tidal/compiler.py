@@ -220,11 +220,67 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
         with open(os.path.join(dump_dir, "aten_graph.py"), "w") as f:
             f.write(gm.print_readable(print_output=False))
     if device == "cuda":
+        host_results = _host_results(gm)
         _device_agnostic(gm)
-        return GraphProgram(gpu_function(import_graph_module(gm), dump_dir), plan)
+        program = gpu_function(import_graph_module(gm), dump_dir)
+        program.host_results = host_results
+        return GraphProgram(program, plan)
     from tidal.backends.cpu.forwarded_results import output_aliases
 
     return GraphProgram(native_function(import_graph_module(gm), dump_dir, output_aliases(gm)), plan)
+
+
+def _host_results(gm) -> list[int]:
+    """The results eager leaves on the CPU (a 0-d CPU tensor carried through a loop on CUDA
+    data, as a counter), by position among the graph's tensor results: the GPU program returns
+    them there too."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    results = [v for v in pytree.tree_leaves(output.args) if isinstance(v, torch.fx.Node)]
+    vals = [r.meta.get("val") for r in results]
+    return [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor) and v.device.type == "cpu"]
+
+
+_CUDA_ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                   "_scaled_dot_product_cudnn_attention")
+
+
+def _attention_as_one_op(graph_module) -> None:
+    """A CUDA fused attention whose only result used is the output (inference) becomes the
+    composite `scaled_dot_product_attention`, which runs as one ATen call on the stream (ATen
+    picks the same fused kernel). The fused variants' other results (philox seeds as uint64,
+    sizes, None) have no tensor type tidal could carry; in training they are used, and the
+    graph falls back."""
+    import operator
+
+    import torch
+    from torch.fx.operator_schemas import normalize_function
+
+    for node in list(graph_module.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace != "aten" or target._schema.name.split("::", 1)[1] not in _CUDA_ATTENTION:
+            continue
+        users = list(node.users)
+        if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            continue
+        args = normalize_function(target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        if args.get("dropout_p", 0.0) != 0.0:
+            continue
+        with graph_module.graph.inserting_before(node):
+            sdpa = graph_module.graph.call_function(
+                torch.ops.aten.scaled_dot_product_attention.default,
+                (args["query"], args["key"], args["value"]),
+                {"attn_mask": args.get("attn_bias"), "is_causal": args.get("is_causal", False), "scale": args.get("scale")},
+            )
+        sdpa.meta = {**node.meta, "val": node.meta["val"][0]} if "val" in node.meta else dict(node.meta)
+        for u in users:
+            u.replace_all_uses_with(sdpa)
+            graph_module.graph.erase_node(u)
+        graph_module.graph.erase_node(node)
 
 
 def _device_agnostic(gm) -> None:
@@ -239,6 +295,7 @@ def _device_agnostic(gm) -> None:
 
     # the control-flow HOPs' bodies are submodules of their own
     for graph_module in [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]:
+        _attention_as_one_op(graph_module)
         for node in graph_module.graph.nodes:
             if node.op != "call_function":
                 continue

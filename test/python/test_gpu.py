@@ -633,3 +633,20 @@ def test_linalg_info_check_raises_on_cuda_as_eager_does():
         torch.testing.assert_close(compiled(good, x0), fn(good, x0))
         with pytest.raises(torch.linalg.LinAlgError, match="singular"):
             compiled(torch.zeros(3, 3, device="cuda"), x0)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_scan_over_any_dim_stacks_its_outputs_as_the_installed_torch_does(dim):
+    """torch 2.11 (the GPU machine's) stacks a scan's per-step outputs on dim 0 whatever `dim`
+    is; 2.13 stacks them on `dim`. tidal follows the installed torch: same values, same shape."""
+    from torch._higher_order_ops import scan
+
+    def fn(init, xs):
+        return scan(lambda c, x: (c * 0.9 + x, (c * x).sin()), init, xs, dim=dim)
+
+    xs = torch.randn(3, 5, 4, device="cuda")
+    init = torch.zeros([s for i, s in enumerate(xs.shape) if i != dim], device="cuda")
+    expected = fn(init, xs)
+    got = torch.compile(fn, backend="tidal", fullgraph=True, options=STRICT)(init, xs)
+    assert got[1].shape == expected[1].shape
+    torch.testing.assert_close(got, expected)

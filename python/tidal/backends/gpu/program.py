@@ -42,6 +42,7 @@ class GpuProgram:
         self._graphs: dict = {}
         self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
+        self.host_results: list[int] = []  # results eager leaves on the CPU (set by the driver)
 
     def __call__(self, *tensors):
         device = next((t.get_device() for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), -1)
@@ -51,7 +52,12 @@ class GpuProgram:
         # below goes to the current device and its current stream
         with torch.cuda._DeviceGuard(device):
             self.launcher.device = device
-            return self._run(tensors)
+            results = self._run(tensors)
+        if self.host_results:
+            results = list(results)
+            for i in self.host_results:
+                results[i] = results[i].cpu()
+        return results
 
     def _run(self, tensors):
         if torch.cuda.is_current_stream_capturing():
