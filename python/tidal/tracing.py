@@ -53,20 +53,22 @@ def _linalg_checks_without_effect_tokens():
     check is a plain op without results that dead-code elimination must keep (as it keeps
     `_assert_async`): it becomes an ATen call, so a singular matrix raises eager's LinAlgError
     rather than giving inf/nan."""
-    entry = torch._library.simple_registry.singleton.find("aten::_linalg_check_errors").effect
-    effect = entry.effect
-    if effect is None:
-        yield
-        return
     from torch.fx.node import _side_effectful_functions
+
+    entry = torch._library.simple_registry.singleton.find("aten::_linalg_check_errors").effect
+    effect = entry.effect  # torch 2.11 registers none: there, only the DCE must learn to keep it
     check = torch.ops.aten._linalg_check_errors.default
-    entry.register(None)
+    added = check not in _side_effectful_functions
+    if effect is not None:
+        entry.register(None)
     _side_effectful_functions.add(check)
     try:
         yield
     finally:
-        _side_effectful_functions.discard(check)
-        entry.register(effect)
+        if added:
+            _side_effectful_functions.discard(check)
+        if effect is not None:
+            entry.register(effect)
 
 
 def tidal_backend_is_tracing() -> bool:
