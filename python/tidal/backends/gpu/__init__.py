@@ -8,13 +8,14 @@ for a target)."""
 
 import tidal.backends.contractions  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
 import tidal.backends.gpu.cond_select  # noqa: F401  (registers tidal-cond-to-select)
+import tidal.backends.gpu.pad_as_generic  # noqa: F401  (registers tidal-pad-as-generic)
 import tidal.backends.gpu.sibling_reductions  # noqa: F401  (registers tidal-fuse-sibling-reductions)
 from tidal.passes.registry import tidal_pipeline
 
 GPU_PREPARE = tidal_pipeline(
     "tidal-gpu-prepare",
     "linalg-level tidal IR → fused elementwise generics, ready for Triton kernels (GPU backend)",
-    "tidal-drop-error-checks, canonicalize, tidal-cond-to-select, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), "
+    "tidal-drop-error-checks, canonicalize, tidal-pad-as-generic, tidal-cond-to-select, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), "
     "tidal-restore-contractions, "
     "canonicalize, cse, tidal-fuse-sibling-reductions",
 )
