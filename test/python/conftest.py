@@ -155,3 +155,10 @@ def pytest_terminal_summary(terminalreporter):
             crash = getattr(getattr(r, "longrepr", None), "reprcrash", None)
             where = "" if r.when == "call" else f" (in {r.when})"
             write(f"  {r.nodeid.split('::', 1)[-1]}{where}: {_first_line(crash.message if crash else r.longreprtext)}")
+    # the fuzzed programs torch itself rejected on the device (eager; in forward mode Dynamo also for
+    # backend="eager"), each replaced by the next draw
+    redrawn = [line for r in passed + failed for key, lines in r.user_properties if key == "fuzz_redrawn" for line in lines]
+    if redrawn:
+        write(f"fuzz programs torch itself rejected on the device, each replaced by the next draw: {len(redrawn)}")
+        for line in redrawn:
+            write(f"  {_first_line(line)[:300]}")

@@ -63,19 +63,24 @@ def _context(data):
     return BuildContext(data, is_final=False, wrapped_test=None)
 
 
-def draw(mode: str, seed: int, index: int) -> Program:
+def draw(mode: str, seed: int, index: int, integer_matmul: bool = True, redraw: int = 0) -> Program:
+    """Program `index` of the campaign (mode, seed). `integer_matmul=False` draws forward
+    programs without an integer matmul (for CUDA: eager has none there); `redraw` k > 0 is the
+    k-th replacement for program `index` (test_gpu_suites.py draws one where eager rejects the
+    program), from a random source of its own."""
     from hypothesis.errors import StopTest
     from hypothesis.internal.conjecture.data import ConjectureData
 
-    strategy = fp.grad_programs() if mode == "grad" else fp.programs()
+    strategy = fp.grad_programs() if mode == "grad" else fp.programs(integer_matmul=integer_matmul)
+    name = f"{seed}:{index}" if not redraw else f"{seed}:{index}/{redraw}"
     for attempt in range(100):  # a draw that overruns hypothesis' buffer is drawn again
-        data = ConjectureData(random=random.Random(f"{seed}:{index}:{attempt}"))
+        data = ConjectureData(random=random.Random(f"{name}:{attempt}"))
         try:
             with _context(data):
                 return data.draw(strategy)
         except StopTest:
             continue
-    raise RuntimeError(f"no program drawn for {mode} {seed}:{index}")
+    raise RuntimeError(f"no program drawn for {mode} {name}")
 
 
 _PREFIXES = (

@@ -202,10 +202,12 @@ def depth_of(block: Block) -> int:
 class _Drawer:
     """Draws blocks for one program, collecting the captured inputs they reference."""
 
-    def __init__(self, draw, dtype: str, max_depth: int = MAX_DEPTH, max_ops: int = MAX_OPS, grad: bool = False):
+    def __init__(self, draw, dtype: str, max_depth: int = MAX_DEPTH, max_ops: int = MAX_OPS, grad: bool = False,
+                 integer_matmul: bool = True):
         self.draw = draw
         self.dtype = dtype
         self.grad = grad
+        self.integer_matmul = integer_matmul
         self.max_depth = max_depth
         self.max_ops = max_ops
         self.inputs: list[Spec] = []
@@ -252,7 +254,9 @@ class _Drawer:
         # torch.export (not tidal) fails on a 3-d matmul followed by an elementwise op inside a cond
         # branch when two dims are equal: "cond's output stride is not a simple accumulative
         # multiplication of sizes" (size (s, (s**2)//s, k)). Rank-3 matmuls stay at the top level.
-        if 1 <= rank <= 2 or (rank == 3 and depth == 0):
+        # Eager CUDA has no integer matmul ("addmm_cuda" not implemented for 'Long'): a program
+        # drawn for CUDA (integer_matmul=False) multiplies integers elementwise only.
+        if (1 <= rank <= 2 or (rank == 3 and depth == 0)) and (self.integer_matmul or not self.is_int):
             kinds += ["matmul"]
         if depth < self.max_depth:
             kinds += ["cond", "while"]
@@ -300,13 +304,14 @@ class _Drawer:
 
 
 @st.composite
-def programs(draw, dtypes=("float32", "float64", "int64"), dynamo_fraction: int = 5):
-    """A random valid `Program`. One in `dynamo_fraction` goes through torch.compile (0: never)."""
+def programs(draw, dtypes=("float32", "float64", "int64"), dynamo_fraction: int = 5, integer_matmul: bool = True):
+    """A random valid `Program`. One in `dynamo_fraction` goes through torch.compile (0: never).
+    `integer_matmul=False`: no matmul in int64 programs (for CUDA, whose eager has none)."""
     # Drawn first: a choice drawn after a large body is starved (hypothesis' buffer runs out).
     via = "export"
     if dynamo_fraction and draw(st.integers(0, dynamo_fraction - 1)) == dynamo_fraction - 1:
         via = "dynamo"
-    return _program(draw, dtypes, via, MAX_DEPTH, MAX_OPS, grad=False)
+    return _program(draw, dtypes, via, MAX_DEPTH, MAX_OPS, grad=False, integer_matmul=integer_matmul)
 
 
 @st.composite
@@ -316,11 +321,11 @@ def grad_programs(draw):
     return _program(draw, ("float32", "float64"), "dynamo", GRAD_MAX_DEPTH, GRAD_MAX_OPS, grad=True)
 
 
-def _program(draw, dtypes, via: str, max_depth: int, max_ops: int, grad: bool) -> Program:
+def _program(draw, dtypes, via: str, max_depth: int, max_ops: int, grad: bool, integer_matmul: bool = True) -> Program:
     dtype = draw(st.sampled_from(tuple(dtypes) + ("float32",) * ("float32" in dtypes)))  # float32: x2 weight
     rank = draw(st.integers(0, MAX_RANK))
     shape = tuple(draw(st.integers(1, MAX_DIM)) for _ in range(rank))
-    drawer = _Drawer(draw, dtype, max_depth, max_ops, grad)
+    drawer = _Drawer(draw, dtype, max_depth, max_ops, grad, integer_matmul)
     body = drawer.block(shape, 0)
     seed = draw(st.integers(0, 2**16))
     return Program(Spec(shape, dtype), tuple(drawer.inputs), body, seed, via, grad)
@@ -422,7 +427,9 @@ class _Emitter:
             e(ind, f"def {b}(i, v):")
             self.block(op.body, ind + 1)
             e(ind + 1, "return i + 1, v")
-            e(ind, f"_, v = while_loop({c}, {b}, (torch.zeros((), dtype=torch.int64), v))")
+            # every tensor the program makes is on the state's device (v.device): a counter made
+            # without one would be on the CPU beside CUDA data, or depend on a torch.device context
+            e(ind, f"_, v = while_loop({c}, {b}, (torch.zeros((), dtype=torch.int64, device=v.device), v))")
         elif isinstance(op, Scan):
             s = self.fresh("scan_step")
             carry = "(c, k)" if op.counter else "c"
@@ -439,7 +446,7 @@ class _Emitter:
                 "input": f"in{op.init_input}",
             }[op.init]
             if op.counter:
-                init = f"({init}, torch.zeros((), dtype=torch.int64))"
+                init = f"({init}, torch.zeros((), dtype=torch.int64, device=v.device))"
             e(ind, f"{carry}, ys = scan({s}, {init}, v, dim={op.dim}, reverse={op.reverse})")
             extra = " + k" if op.counter else ""
             e(ind, f"v = _dense({self.clamp(f'ys + c.unsqueeze({op.dim}){extra}')})")
@@ -567,8 +574,8 @@ def make_inputs(desc: Program, device="cpu") -> tuple:
 
     def tensor(spec: Spec, scale: float = 1.0):
         if spec.dtype == "int64":
-            return torch.randint(-5, 6, spec.shape, generator=g, dtype=torch.int64)
-        t = (torch.rand(spec.shape, generator=g, dtype=torch.float64) * 4 - 2) * scale
+            return torch.randint(-5, 6, spec.shape, generator=g, dtype=torch.int64, device="cpu")
+        t = (torch.rand(spec.shape, generator=g, dtype=torch.float64, device="cpu") * 4 - 2) * scale
         return t.to(getattr(torch, spec.dtype))
 
     out = [tensor(desc.state)]
@@ -691,7 +698,8 @@ def make_weights(desc: Program, device="cpu") -> torch.Tensor:
     """The fixed random weights of the loss `(out * weights).sum()`: every output element gets its
     own cotangent, so a gradient swapped between elements is seen."""
     g = torch.Generator().manual_seed(desc.seed + 1)
-    return (torch.rand(desc.state.shape, generator=g, dtype=torch.float64) * 2 - 1).to(device, getattr(torch, desc.state.dtype))
+    weights = torch.rand(desc.state.shape, generator=g, dtype=torch.float64, device="cpu") * 2 - 1
+    return weights.to(device, getattr(torch, desc.state.dtype))
 
 
 def grad_tolerances(dtype: str, reference: list[torch.Tensor], reference_error: float = 0.0) -> dict:

@@ -7,6 +7,7 @@ loop)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.utils._pytree as pytree
@@ -31,8 +32,19 @@ def python_scan(combine_fn, init, xs, dim=0, reverse=False):
     if reverse:
         ys.reverse()
     y_leaves = [pytree.tree_leaves(y) for y in ys]
-    stacked = [torch.stack(column, dim) for column in zip(*y_leaves)]
+    stacked = [torch.stack(column, dim if _scan_stacks_on_its_dim() else 0) for column in zip(*y_leaves)]
     return carry, pytree.tree_unflatten(stacked, pytree.tree_structure(ys[0]))
+
+
+@functools.cache
+def _scan_stacks_on_its_dim() -> bool:
+    """Whether the installed torch's scan stacks its per-step outputs on `dim` (torch 2.13) or on
+    dim 0 whatever `dim` is (torch 2.11, the GPU machine's; tidal follows the installed torch):
+    asked of eager's scan itself, once."""
+    xs = torch.zeros(2, 3, device="cpu")
+    with torch.no_grad():
+        _, ys = hop_scan(lambda c, x: (c + x, x * 2), torch.zeros(2, device="cpu"), xs, dim=1)
+    return tuple(ys.shape) == (2, 3)
 
 
 _LOOPS = {hop_scan: python_scan, hop_while_loop: python_while_loop}

@@ -35,13 +35,15 @@ def _grads(fn, args, leaves, seed=0, cotangent_dtype=None):
     """(fn's outputs, the gradients of `leaves`) for a random cotangent of each float output,
     drawn on the CPU in `cotangent_dtype` (default: the output's), then given the output's dtype
     and device: a reference in float64 on the CPU gets the same cotangents as a float32 program
-    on CUDA when both draw in float32."""
+    on CUDA when both draw in float32. The CPU is named: `_check_gradients(device=...)` calls
+    this under a torch.device context, which would put the draw there (and refuse a CPU
+    generator on CUDA)."""
     out = fn(*args)
     floats = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.dtype.is_floating_point]
     gen = torch.Generator().manual_seed(seed)
     # one cotangent per float output, whether or not it needs grad (a constant output may need
     # none in one program and look differentiable in another)
-    pairs = [(o, torch.randn(o.shape, generator=gen, dtype=cotangent_dtype or o.dtype).to(o.device, o.dtype)) for o in floats]
+    pairs = [(o, torch.randn(o.shape, generator=gen, dtype=cotangent_dtype or o.dtype, device="cpu").to(o.device, o.dtype)) for o in floats]
     pairs = [(o, g) for o, g in pairs if o.requires_grad]
     grads = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
     # a compiled graph gives zeros where eager autograd finds no path (and says None)
@@ -169,7 +171,7 @@ def grow_until(x, w):
 
 def _f64(*shapes, scale=0.5):
     gen = torch.Generator().manual_seed(7)
-    return tuple((torch.randn(s, generator=gen, dtype=torch.float64) * scale).requires_grad_() for s in shapes)
+    return tuple((torch.randn(s, generator=gen, dtype=torch.float64, device="cpu") * scale).requires_grad_() for s in shapes)
 
 
 GRADCHECK = {
@@ -646,7 +648,7 @@ def check_while_loop_over_sizes(fn, device=None):
     compiled = torch.compile(fn, backend="tidal", dynamic=True, fullgraph=True, options=STRICT)
     gen = torch.Generator().manual_seed(11)
     for rows in (3, 5, 6):
-        _check_gradients(fn, (torch.randn(rows, 4, generator=gen) * 0.5,), compiled=compiled, device=device)
+        _check_gradients(fn, (torch.randn(rows, 4, generator=gen, device="cpu") * 0.5,), compiled=compiled, device=device)
 
 
 def cond_on_rows(x, w):

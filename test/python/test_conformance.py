@@ -154,10 +154,12 @@ def _grad_cases():
 
 def hop_db_grads(fn, args, kwargs, leaves):
     """The gradients of `leaves` for a random cotangent of each output of `fn` that needs one
-    (drawn in float64 on the CPU, then given the output's dtype and device)."""
+    (drawn in float64 on the CPU, then given the output's dtype and device). The CPU is named:
+    test_gpu_suites.py calls this under a torch.device("cuda") context, which would otherwise put
+    the draw on CUDA, where a CPU generator is refused."""
     outs = [o for o in pytree.tree_leaves(fn(*args, **kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
     g = torch.Generator().manual_seed(0)
-    loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)).sum() for o in outs)
+    loss = sum((o * torch.randn(o.shape, generator=g, dtype=torch.float64, device="cpu").to(o.device, o.dtype)).sum() for o in outs)
     return torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
 
 
