@@ -55,7 +55,7 @@ def _last_row(steps):
 
 def _row(stacked, k):
     """Row `k` (a 0-d tensor) of `stacked`, without a bounds check on its unbacked row count."""
-    return torch.index_select(stacked, 0, k.reshape(1)).squeeze(0)
+    return torch.index_select(stacked, 0, k.reshape(1).to(stacked.device)).squeeze(0)  # a CPU counter's rows stay there
 
 
 class WhileVJP(torch.autograd.Function):
@@ -70,7 +70,7 @@ class WhileVJP(torch.autograd.Function):
             current, consts_ = args[:num_carries], args[2 * num_carries :]
             return (step + 1, *flat(body_fn(*current, *consts_)), *[c.clone() for c in current])
 
-        start = torch.zeros((), dtype=torch.int64, device=carries[0].device)
+        start = torch.zeros((), dtype=torch.int64, device=_data_device(operands))
         with torch._C._AutoDispatchBelowAutograd(), _row_count_stays_inside(operands):
             rows = while_loop_stack_output_op(
                 counted_cond, counted_body, (start, *carries, *[c.clone() for c in carries]), tuple(consts)
@@ -109,8 +109,8 @@ class WhileVJP(torch.autograd.Function):
             # the adjoint loop's carries must keep the strides they entered with (standard ones)
             return (
                 k - 1,
-                *[standard_strides(torch.where(ran, new, old)) for new, old in zip(g_c_prev, g_c)],
-                *[standard_strides(torch.where(ran, acc + d, acc)) for acc, d in zip(g_w, g_w_k)],
+                *[standard_strides(torch.where(ran.to(old.device), new, old)) for new, old in zip(g_c_prev, g_c)],
+                *[standard_strides(torch.where(ran.to(acc.device), acc + d, acc)) for acc, d in zip(g_w, g_w_k)],
             )
 
         carries = [_last_row(steps), *g_final, *[Meta(w).zeros() for w, a in zip(consts, accumulates) if a]]
@@ -130,11 +130,19 @@ def _scalar_dtype(c):
     return torch.bool if isinstance(c, (bool, torch.SymBool)) else torch.int64
 
 
-def _as_tensor(value, dtype):
-    return value if isinstance(value, torch.Tensor) else torch.scalar_tensor(value, dtype=dtype)
+def _as_tensor(value, dtype, device=None):
+    return value if isinstance(value, torch.Tensor) else torch.scalar_tensor(value, dtype=dtype, device=device)
 
 
-def _with_tensor_carries(cond_fn, body_fn, carried_inputs):
+def _data_device(values) -> torch.device:
+    """Where the loop's data lives: the first tensor not on the CPU (a 0-d CPU counter may ride
+    along CUDA data, as in eager), else the CPU. The step counter and the Python-number carries
+    go there, so that indexing the stacked rows never mixes devices."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    return next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
+
+
+def _with_tensor_carries(cond_fn, body_fn, carried_inputs, device):
     """cond and body taking (and the body returning) 0-d tensors where the carries are Python
     ints or SymInts (a counter, a size), as tidal's importer carries them: the loop records
     every carry in a tensor buffer. The functions still see Python scalars (`item`)."""
@@ -148,17 +156,18 @@ def _with_tensor_carries(cond_fn, body_fn, carried_inputs):
         return [a.item() if s else a for a, s in zip(args[:n], scalar)] + list(args[n:])
 
     def cond(*args):
-        return _as_tensor(cond_fn(*as_given(args)), torch.bool)
+        return _as_tensor(cond_fn(*as_given(args)), torch.bool, device)
 
     def body(*args):
-        return tuple(_as_tensor(v, d) if s else v for v, s, d in zip(flat(body_fn(*as_given(args))), scalar, dtypes))
+        return tuple(_as_tensor(v, d, device) if s else v for v, s, d in zip(flat(body_fn(*as_given(args))), scalar, dtypes))
 
-    return cond, body, [_as_tensor(c, d) if s else c for c, s, d in zip(carried_inputs, scalar, dtypes)], scalar
+    return cond, body, [_as_tensor(c, d, device) if s else c for c, s, d in zip(carried_inputs, scalar, dtypes)], scalar
 
 
 @AUTODIFF.rule("tidal.while")
 def while_vjp(cond_fn, body_fn, carried_inputs, additional_inputs):
     """Entering carries pushed onto growing buffers; the adjoint is a reverse scan of the body's VJP."""
-    cond_fn, body_fn, carries, scalar = _with_tensor_carries(cond_fn, body_fn, carried_inputs)
+    device = _data_device([*carried_inputs, *additional_inputs])
+    cond_fn, body_fn, carries, scalar = _with_tensor_carries(cond_fn, body_fn, carried_inputs, device)
     finals = WhileVJP.apply(cond_fn, body_fn, len(carries), *carries, *additional_inputs)
     return tuple(f.item() if s else f for f, s in zip(finals, scalar))
