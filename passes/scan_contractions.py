@@ -15,7 +15,15 @@ of an xs is read from that xs, any other is stacked as one more output of the sc
 operand is stacked untransposed, so that stacking along dim 0 is already the concatenation along
 the contracted dim and the transpose folds into the BLAS call.
 
-Both need the scanned dim to be 0 (stacked rows are contiguous) and rank-2 matmuls (`aten.mm`).
+Sinking a stacked product: a per-step output that is only stacked, y_t = A_t·W by a weight (an
+RNN adjoint's dx_t = dz_t·Wᵀ, needed only when x requires grad), is one matmul after the loop of the
+stacked A by W; the step yields A_t instead (or nothing new, when A_t is already stacked or is a
+slice of an xs). Entry t of a scan's stacked output comes from slice t also in a reverse scan, so the
+product keeps the order. Any scanned dim: the stacked A is flattened over its leading dims, moved
+to the front first when the scanned dim is the last one.
+
+Hoisting and accumulator sinking need the scanned dim to be 0 (stacked rows are contiguous); all
+three match rank-2 matmuls (`aten.mm`) only.
 """
 
 from __future__ import annotations
@@ -397,17 +405,142 @@ def _slice_type(value):
     return _vtensor(shape[1:], dtype)
 
 
+def _stacked_products(scan: _Scan):
+    """[(mm, const index, transposed)] for each y_t = A_t·W (W a const, or its 2-D transpose) whose
+    result the step only yields as per-step outputs, A_t varying per step."""
+    found = []
+    for mm in scan.body.operations:
+        if mm.name != "torch.aten.mm":
+            continue
+        uses = list(mm.result.uses)
+        if not uses or any(not _same(u.owner, scan.yield_op) or u.operand_number < scan.n for u in uses):
+            continue
+        w, w_t = _untransposed(mm.operands[1])
+        role, a_role = scan.role(w), scan.role(mm.operands[0])
+        if not role or role[0] != "const" or (a_role and a_role[0] == "const"):
+            continue
+        if any(t is None or len(t[0]) != 2 for t in map(_tensor_type, (mm.operands[0].type, mm.result.type))):
+            continue
+        found.append((mm, role[1], w_t is not None))
+    return found
+
+
+def _sink_stacked_products(op):
+    """The scan with its only-stacked products A_t·W computed after it as (stacked A)·W; returns
+    the scan now in place of `op` (`op` itself when nothing matched)."""
+    scan = _Scan(op)
+    n, k = scan.n, scan.k
+    dim = ir.IntegerAttr(op.attributes["dim"]).value
+    yielded = list(scan.yield_op.operands)
+    if not 0 <= dim <= 2 or len(yielded) == n:
+        return op  # a product's slices are 2-D: stacked along dim 0, 1 or 2
+    length = _tensor_type(scan.operands[n].type)[0][dim]
+
+    def stacked_shape(step_value):
+        """A per-step value's shape stacked as the scan stacks its outputs (T inserted at dim)."""
+        shape = _tensor_type(step_value.type)[0]
+        return shape[:dim] + [length] + shape[dim:]
+
+    found = []
+    for mm, ci, transposed in _stacked_products(scan):
+        # the product's stacked type must be the output's exactly (a static size where the output
+        # has a dynamic one would change the function's types)
+        product_shape = stacked_shape(mm.operands[0])
+        product_shape[1 if dim == 2 else 2] = _tensor_type(mm.result.type)[0][1]
+        outs = [j for j in range(n, len(yielded)) if yielded[j] == mm.result]
+        if all(_tensor_type(op.results[j].type) == (product_shape, _tensor_type(mm.result.type)[1]) for j in outs):
+            found.append((mm, ci, transposed, outs))
+    sunk = {j for *_, outs in found for j in outs}
+    if not found or len(sunk) == len(op.results):
+        return op  # nothing, or a scan left with no result at all: leave it whole
+    xs, consts = scan.operands[n : n + k], scan.operands[n + k :]
+    kept = [j for j in range(n, len(yielded)) if j not in sunk]
+
+    extra_ys: list[ir.Value] = []
+
+    def stacked(value):
+        """Where A's stacked steps come from: ('xs', i), ('ys', old result position) or ('new', j)."""
+        role = scan.role(value)
+        if role and role[0] == "xs":
+            return "xs", role[1]
+        for j in kept:
+            if yielded[j] == value:
+                return "ys", j
+        if value not in extra_ys:
+            extra_ys.append(value)
+        return "new", extra_ys.index(value)
+
+    sources = [stacked(mm.operands[0]) for mm, *_ in found]
+    with ir.InsertionPoint(op):
+        new_op = create_region_op(
+            op.name,
+            results=[r.type for r in list(op.results)[:n]] + [op.results[j].type for j in kept]
+            + [_vtensor(stacked_shape(v), _tensor_type(v.type)[1]) for v in extra_ys],
+            operands=scan.operands,
+            attributes={name: op.attributes[name] for name in op.attributes},
+            region_arg_types=[[a.type for a in scan.args]],
+            loc=op.location,
+        )
+    body = new_op.regions[0].blocks[0]
+    arg_map = dict(enumerate(body.arguments))
+    for o in list(scan.body.operations):
+        body.append(o)
+    for old, new in zip(scan.args, body.arguments):
+        old.replace_all_uses_with(new)
+    now = list(scan.yield_op.operands)  # read after the replacements: a yield may return an argument
+    with ir.InsertionPoint(scan.yield_op):
+        build_yield(now[:n] + [now[j] for j in kept] + [_renamed(v, scan, arg_map) for v in extra_ys],
+                    scan.yield_op.location)
+    scan.yield_op.erase()
+
+    old_results, new_results = list(op.results), list(new_op.results)
+    for i in range(n):
+        old_results[i].replace_all_uses_with(new_results[i])
+    for pos, j in enumerate(kept):
+        old_results[j].replace_all_uses_with(new_results[n + pos])
+    b = _Builder(op.location)
+    with ir.InsertionPoint(op):
+        for (mm, ci, transposed, outs), (kind, where) in zip(found, sources):
+            if kind == "xs":
+                a = xs[where]
+            else:
+                a = new_results[n + (kept.index(where) if kind == "ys" else len(kept) + where)]
+            w = b.permute(consts[ci], [1, 0]) if transposed else consts[ci]
+            # (stacked A)·W over its leading dims, [T, B, K] or [B, T, K] -> [·, ·, N]; a [B, K, T]
+            # moved to [T, B, K] first and the product moved back.
+            rows = b.permute(a, [2, 0, 1]) if dim == 2 else a
+            product = b.view_like_rows(b.mm(b.flatten(rows, 0, 1), w), rows, _tensor_type(mm.result.type)[0][1])
+            product = b.permute(product, [1, 2, 0]) if dim == 2 else product
+            for j in outs:
+                old_results[j].replace_all_uses_with(product)
+    transposes = []
+    for mm, *_ in found:
+        t = _untransposed(mm.operands[1])[1]
+        if t is not None and all(not _same(t, u) for u in transposes):
+            transposes.append(t)
+        mm.erase()
+    for t in transposes:
+        if not list(t.result.uses):
+            t.erase()
+    op.erase()
+    return new_op
+
+
 def _eligible(op) -> bool:
-    if ir.IntegerAttr(op.attributes["dim"]).value != 0 or len(op.regions[0].blocks) != 1:
+    if len(op.regions[0].blocks) != 1:
         return False
-    return all(_tensor_type(v.type) is not None for v in op.operands)
+    return all(_tensor_type(v.type) is not None for v in list(op.operands) + list(op.results))
 
 
 @tidal_pass("tidal-scan-contractions",
-            "Hoist a scan's per-step matmuls of xs by weights before it; sink accumulated matmuls after it")
+            "Hoist a scan's per-step matmuls of xs by weights before it; sink accumulated and only-stacked "
+            "matmuls after it")
 def scan_contractions(module_op):
     for op in ops_named(module_op, {"tidal.scan"}):
         if not _eligible(op):
+            continue
+        op = _sink_stacked_products(op)
+        if ir.IntegerAttr(op.attributes["dim"]).value != 0:
             continue
         scan = _Scan(op)
         plan = _plan(scan)

@@ -407,7 +407,8 @@ def _wide_two_matrix_scan(h0, xs, u1, u2):
 
     def step(h, x):
         h = torch.tanh(x + h @ u1)
-        return h, h @ u2
+        # through tanh: a product only stacked (h @ u2) would leave the loop (tidal-scan-contractions)
+        return h, torch.tanh(h @ u2)
 
     return scan(step, h0, xs)
 
