@@ -612,11 +612,11 @@ def test_kernel_build_failure_is_the_eager_fallback(monkeypatch, strict):
     assert f"test_gpu.py:{line}:" in fallbacks[0], fallbacks
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (issue #42): on CUDA the compiled program returned for a singular "
-                   "matrix where eager CUDA's linalg.solve raises (H200, 2026-11-27); not yet diagnosed")
 def test_linalg_info_check_raises_on_cuda_as_eager_does():
     """An ATen call with keyword-only arguments (`_linalg_check_errors(info, api_name, *,
-    is_matrix)`) runs on CUDA tensors: a singular matrix in a scan step raises eager's LinAlgError."""
+    is_matrix)`) runs on CUDA tensors: a singular matrix in a scan step raises eager's LinAlgError.
+    Was (torch 2.11): the check's result unused, dead code elimination dropped it and the program
+    returned for a singular matrix."""
     from torch._higher_order_ops import scan
 
     def fn(S, x0):
@@ -650,3 +650,14 @@ def test_scan_over_any_dim_stacks_its_outputs_as_the_installed_torch_does(dim):
     got = torch.compile(fn, backend="tidal", fullgraph=True, options=STRICT)(init, xs)
     assert got[1].shape == expected[1].shape
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["then", "else"])
+def test_cond_branches_of_unequal_shapes_on_cuda(sign):
+    """The cond's result has an unbacked size ([?, 4]) and each branch its own ([6, 4], [1, 4])."""
+    from test_regressions import _branches_of_unequal_shapes
+
+    x = torch.randn(3, 4, device="cuda").abs() * sign
+    with torch.no_grad():
+        got = torch.compile(_branches_of_unequal_shapes, backend="tidal", fullgraph=True, options=STRICT)(x)
+    torch.testing.assert_close(got, _branches_of_unequal_shapes(x))

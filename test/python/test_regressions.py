@@ -571,3 +571,30 @@ def test_regression_pad_gradient():
     for fn, shape in [(shifted, (2, 3)), (padded_energy, (3, 4))]:
         x64 = torch.randn(shape, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradcheck(torch.compile(fn, backend="tidal", options={"fallback": "error"}), (x64,))
+
+
+def _branches_of_unequal_shapes(x):
+    from torch._higher_order_ops import cond
+
+    return cond(x.sum() > 0, lambda x: x.repeat(2, 1).sin(), lambda x: x[:1] * 2, (x,))
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["then", "else"])
+def test_regression_cond_branches_of_unequal_shapes(sign):
+    """torch.cond takes branches whose outputs differ in size (the result's size is then unbacked,
+    [?, 4]); torch 2.11's scan stacking on dim 0 makes such programs out of ordinary ones. Was:
+    "'tidal.cond' op then region yield #0 has type [6,4] but expected [?,4]" (found by
+    test_gpu_suites on the H200)."""
+    x = torch.randn(3, 4).abs() * sign
+    got, _ = compiled_with_fallbacks(_branches_of_unequal_shapes, x)
+    torch.testing.assert_close(got, _branches_of_unequal_shapes(x))
+
+
+@pytest.mark.parametrize("fallback", ["error", "warn"])
+def test_regression_cond_branches_of_unequal_shapes_gradient_is_refused_clearly(fallback):
+    """Not differentiated (eager PyTorch fails on it too: "shape '[6, 4]' is invalid for input of
+    size 4", which was tidal's internal error): tidal says what to change."""
+    x = torch.randn(3, 4, dtype=torch.float64).abs().requires_grad_()
+    compiled = torch.compile(_branches_of_unequal_shapes, backend="tidal", options={"fallback": fallback})
+    with pytest.raises(Exception, match="branches return tensors of different sizes .* make both branches return equal sizes"):
+        compiled(x).sum().backward()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch._higher_order_ops.utils import create_bw_fn, first_slice_copy, materialize_as_graph
 from torch._subclasses.functional_tensor import disable_functional_mode
@@ -28,6 +30,22 @@ def differentiate_wrt(*ts) -> None:
     for t in ts:
         if differentiable(t):
             t.requires_grad_(True)
+
+
+@contextlib.contextmanager
+def residual_sizes_unbound(values):
+    """Under Dynamo's fake tensors, sizes that appear only in a rule's residuals (a nested
+    while_loop's iteration count, unbacked) are not the HOP's outputs: Dynamo must not ask for
+    them there (torch 2.11: "PendingUnbackedSymbolNotFound: Pending unbacked symbols {u3} not in
+    returned outputs"), as PyTorch's own while_loop and cond ignore theirs."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
+    if mode is None or mode.shape_env is None:
+        yield
+        return
+    with mode.shape_env.ignore_fresh_unbacked_symbols():
+        yield
 
 
 def flat(outs) -> list:
@@ -103,4 +121,4 @@ def trace_body(fn, args, stacked, keys) -> torch.fx.GraphModule:
         return materialize_as_graph(fn, tuple(examples), keys[0], keys[1], force_enable_grad=True)
 
 
-__all__ = ["Meta", "cotangents", "differentiable", "differentiable_dtype", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "standard_strides", "trace_body", "vjp_fn"]
+__all__ = ["Meta", "residual_sizes_unbound", "cotangents", "differentiable", "differentiable_dtype", "differentiate_wrt", "dispatch_keys", "flat", "reversed_steps", "standard_strides", "trace_body", "vjp_fn"]

@@ -14,6 +14,7 @@ from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.utils import save_values_for_backward, saved_values
 
 from tidal.autodiff import AUTODIFF
+from tidal.diagnostics import TidalUnsupported
 from tidal.autodiff.common import (
     Meta,
     cotangents,
@@ -32,6 +33,7 @@ class CondVJP(torch.autograd.Function):
     def forward(ctx, pred, true_fn, false_fn, *operands):
         with torch._C._AutoDispatchBelowAutograd():
             outs = flat(cond_op(pred, true_fn, false_fn, list(operands)))
+        _refuse_unequal_branches(outs, operands)
         ctx.branches, ctx.n = (true_fn, false_fn), len(operands)
         ctx.metas = [Meta(o) for o in outs]
         ctx.keys = dispatch_keys()
@@ -70,3 +72,18 @@ class CondVJP(torch.autograd.Function):
 def cond_vjp(pred, true_fn, false_fn, operands):
     """Operands as residuals; the adjoint cond recomputes the taken branch's VJP."""
     return CondVJP.apply(pred, true_fn, false_fn, *operands)
+
+
+def _refuse_unequal_branches(outs, operands) -> None:
+    """Branches of unequal sizes give a result of unbacked size ([u0, 4]); the adjoint branches
+    would be traced on cotangents of that size, which neither branch's VJP takes."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    known = set().union(*(free_unbacked_symbols(o) for o in operands if isinstance(o, torch.Tensor)))
+    for o in outs:
+        if isinstance(o, torch.Tensor) and free_unbacked_symbols(o) - known:
+            raise TidalUnsupported(
+                "the gradient of a torch.cond whose branches return tensors of different sizes "
+                f"(here a result of size {tuple(o.shape)}) is not supported yet: make both branches "
+                "return equal sizes (pad, or slice after the cond)"
+            )

@@ -35,6 +35,7 @@ from tidal.autodiff.common import (
     flat,
     reversed_steps,
     standard_strides,
+    residual_sizes_unbound,
     trace_body,
 )
 from tidal.autodiff.residuals import kept_values, split_step
@@ -97,6 +98,11 @@ def _head(ts) -> list:
 class ScanVJP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, body, num_carries, num_xs, segment, *operands):
+        with residual_sizes_unbound(operands):
+            return ScanVJP._forward(ctx, body, num_carries, num_xs, segment, *operands)
+
+    @staticmethod
+    def _forward(ctx, body, num_carries, num_xs, segment, *operands):
         counts = (num_carries, num_xs, len(operands) - num_carries - num_xs)
         init, xs, consts = split_into_chunks(operands, list(counts))
         # every carry's cotangent chains through all steps, even where the caller's init needs none

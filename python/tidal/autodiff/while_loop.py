@@ -29,6 +29,7 @@ from tidal.autodiff.common import (
     differentiate_wrt,
     dispatch_keys,
     flat,
+    residual_sizes_unbound,
     standard_strides,
     trace_body,
     vjp_fn,
@@ -169,5 +170,6 @@ def while_vjp(cond_fn, body_fn, carried_inputs, additional_inputs):
     """Entering carries pushed onto growing buffers; the adjoint is a reverse scan of the body's VJP."""
     device = _data_device([*carried_inputs, *additional_inputs])
     cond_fn, body_fn, carries, scalar = _with_tensor_carries(cond_fn, body_fn, carried_inputs, device)
-    finals = WhileVJP.apply(cond_fn, body_fn, len(carries), *carries, *additional_inputs)
+    with residual_sizes_unbound([*carries, *additional_inputs]):  # the stacked entering carries' count
+        finals = WhileVJP.apply(cond_fn, body_fn, len(carries), *carries, *additional_inputs)
     return tuple(f.item() if s else f for f, s in zip(finals, scalar))

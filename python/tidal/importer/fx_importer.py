@@ -53,6 +53,21 @@ class TidalContextCache(tm.ContextCache):
         return ir.Location.name(_op_label(node), childLoc=file_loc, context=self._c)
 
 
+_VTENSOR = re.compile(r"!torch\.vtensor<\[(?P<sizes>[^\]]*)\],(?P<dtype>[^>]+)>")
+
+
+def _rank(vtensor: re.Match) -> int:
+    return vtensor["sizes"].count(",") + 1 if vtensor["sizes"] else 0
+
+
+def _cast_to(value: ir.Value, ty: ir.Type, loc) -> ir.Value:
+    """`value` as type `ty` where only static sizes differ (the verifier reports anything else)."""
+    have, want = _VTENSOR.fullmatch(str(value.type)), _VTENSOR.fullmatch(str(ty))
+    if value.type == ty or not have or not want or have["dtype"] != want["dtype"] or _rank(have) != _rank(want):
+        return value
+    return ir.Operation.create("torch.tensor_static_info_cast", results=[ty], operands=[value], loc=loc).result
+
+
 def _op_label(node: torch.fx.Node) -> str:
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
@@ -104,8 +119,10 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
                 self._unsupported(node, f"{node.target.name()} returns a {type(v).__name__}; only tensors are supported")
         return [self._cc.value_info_to_type(v) for v in vals]
 
-    def _import_body(self, block: ir.Block, gm: torch.fx.GraphModule, hop_node) -> None:
-        """Import `gm` into `block`: placeholders are the block's arguments, output is the yield."""
+    def _import_body(self, block: ir.Block, gm: torch.fx.GraphModule, hop_node, yield_types=None) -> None:
+        """Import `gm` into `block`: placeholders are the block's arguments, output is the yield.
+        With `yield_types`, a yielded tensor more static than its type there (a cond branch of
+        shape [6, 4] where the branches disagree and the cond's result is [?, 4]) is cast to it."""
         nested = type(self)(self.fx_importer, self._c, self._cc, block)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(block.arguments):
@@ -127,6 +144,8 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
         loc = self._cc.get_node_location(hop_node) or ir.Location.unknown(self._c)
         with ir.InsertionPoint(block), loc:
             values = [nested._import_argument(loc, r) for r in results]
+            if yield_types is not None:
+                values = [_cast_to(v, ty, loc) for v, ty in zip(values, yield_types)]
             build_yield(values, loc)
 
     def _bind_results(self, node, op: ir.Operation):
@@ -142,9 +161,10 @@ class TidalGraphNodeImporter(tm.GraphNodeImporter):
         true_gm, false_gm = self._submodule(node, true_arg), self._submodule(node, false_arg)
         pred_value = self._predicate(loc, node, pred)
         values = self._tensor_operands(loc, node, operands, "operands")
-        op = build_cond(pred_value, values, self._result_types(node), loc=loc)
-        self._import_body(op.regions[0].blocks[0], true_gm, node)
-        self._import_body(op.regions[1].blocks[0], false_gm, node)
+        result_types = self._result_types(node)
+        op = build_cond(pred_value, values, result_types, loc=loc)
+        self._import_body(op.regions[0].blocks[0], true_gm, node, yield_types=result_types)
+        self._import_body(op.regions[1].blocks[0], false_gm, node, yield_types=result_types)
         self._bind_results(node, op)
 
     def _predicate(self, loc, node, pred) -> ir.Value:
