@@ -863,8 +863,235 @@ def make_weight(p, device):
     return (torch.randn(p["d"], p["V"], generator=g) * p["d"] ** -0.5).to(device)
 
 
+# ----------------------------------------------------------------------------------------------
+# recurrences: standard and custom recurrent cells written as a scan step
+
+
+RECURRENT_CELLS = ("rnn", "lstm", "gru", "ln_lstm", "mingru", "residual_rnn")
+STANDARD_MODULES = {"rnn": "RNN", "lstm": "LSTM", "gru": "GRU"}  # cells torch.nn (cuDNN, oneDNN) has
+# a custom cell against the standard cell of (about) equal FLOPs
+CUSTOM_VS_STANDARD = {"ln_lstm": "lstm", "residual_rnn": "rnn", "mingru": "rnn"}
+GATES = {"rnn": 1, "lstm": 4, "gru": 3, "ln_lstm": 4, "mingru": 2, "residual_rnn": 1}
+
+
+def make_cell(kind: str, h: int, device: str, impl: str):
+    """A recurrent cell over xs [T, B, H] returning every step's hidden state [T, B, H]: as a
+    `scan` step (impl="scan"), as a Python loop (impl="loop"), or as torch.nn's module with the
+    same weights (impl="module": RNN, LSTM and GRU only). Weights scaled by H^-1/2 as models are;
+    gates in torch.nn's order (LSTM i, f, g, o; GRU r, z, n), x_t W + h U with W, U [H, gates*H]."""
+    import torch
+    import torch.nn.functional as F
+    from torch._higher_order_ops import scan
+
+    g = torch.Generator().manual_seed(0)
+    n = GATES[kind]
+
+    def param(*shape, scale):
+        return torch.nn.Parameter((torch.randn(*shape, generator=g) * scale).to(device))
+
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = param(h, n * h, scale=h**-0.5)
+            self.U = param(h, n * h, scale=h**-0.5)
+            self.b = param(n * h, scale=0.1)  # GRU: the input bias
+            self.bh = param(n * h, scale=0.1)  # GRU: the hidden bias (r * (h U + b_hn))
+
+        def init(self, xs):
+            zeros = xs.new_zeros(xs.shape[1], h)
+            return (zeros, zeros.clone()) if kind in ("lstm", "ln_lstm") else zeros
+
+        def step(self, carry, x):
+            if kind == "rnn":
+                hh = torch.tanh(x @ self.W + carry @ self.U + self.b)
+                return hh, hh.clone()
+            if kind == "residual_rnn":
+                hh = carry + torch.tanh(x @ self.W + carry @ self.U + self.b)
+                return hh, hh.clone()
+            if kind in ("lstm", "ln_lstm"):
+                hh, c = carry
+                xw, hu = x @ self.W, hh @ self.U
+                if kind == "ln_lstm":
+                    xw, hu = F.layer_norm(xw, (n * h,)), F.layer_norm(hu, (n * h,))
+                i, f, gg, o = (xw + hu + self.b).chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+                hh = torch.sigmoid(o) * torch.tanh(F.layer_norm(c, (h,)) if kind == "ln_lstm" else c)
+                return (hh, c), hh.clone()
+            if kind == "gru":
+                i_r, i_z, i_n = (x @ self.W + self.b).chunk(3, dim=-1)
+                h_r, h_z, h_n = (carry @ self.U + self.bh).chunk(3, dim=-1)
+                r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                hh = (1 - z) * torch.tanh(i_n + r * h_n) + z * carry
+                return hh, hh.clone()
+            if kind == "mingru":
+                z, candidate = (x @ self.W).chunk(2, dim=-1)
+                z = torch.sigmoid(z)
+                hh = (1 - z) * carry + z * candidate
+                return hh, hh.clone()
+            raise ValueError(kind)
+
+        def forward(self, xs):
+            if impl == "scan":
+                return scan(self.step, self.init(xs), xs)[1]
+            carry, ys = self.init(xs), []
+            for t in range(xs.shape[0]):
+                carry, y = self.step(carry, xs[t])
+                ys.append(y)
+            return torch.stack(ys)
+
+    cell = Cell()
+    if impl != "module":
+        return cell
+
+    class Module(torch.nn.Module):
+        """torch.nn's cell with the scan cell's weights (nn stores W^T; RNN and LSTM add one bias)."""
+
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, STANDARD_MODULES[kind])(h, h).to(device)
+            with torch.no_grad():
+                self.rnn.weight_ih_l0.copy_(cell.W.t())
+                self.rnn.weight_hh_l0.copy_(cell.U.t())
+                self.rnn.bias_ih_l0.copy_(cell.b)
+                self.rnn.bias_hh_l0.copy_(cell.bh if kind == "gru" else torch.zeros_like(cell.bh))
+
+        def forward(self, xs):
+            return self.rnn(xs)[0]
+
+    return Module()
+
+
+def recurrence_xs(p, device):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(p["T"], p["B"], p["H"], generator=g).to(device)
+
+
+class Recurrences(Case):
+    name = "recurrences"
+    title = "recurrent cells written as a scan step, against cuDNN/oneDNN and JAX"
+    description = (
+        "Every step's hidden state of RNN-tanh, LSTM, GRU and three custom cells (LayerNorm-LSTM, minGRU, "
+        "residual RNN) over xs [T, B, H] (input width H); forward (no_grad) and forward+backward "
+        "(ys.sum().backward(), x and every weight requiring grad). Columns: the Python loop in eager, "
+        "torch.nn's module (cuDNN on cuda, oneDNN on the CPU; standard cells only), Inductor and tidal on "
+        "the scan, and on the CPU JAX (lax.scan under jit, bench/jax_cells.py, in its own venv named by "
+        "TIDAL_BENCH_JAX_PYTHON). Values (ys; x's gradient) checked against the eager loop. Sizes: "
+        "TIDAL_BENCH_RECURRENCE_SIZES=BxHxT,... overrides the rows' (B, H, T)."
+    )
+    ratios = False
+    COLS = [("loop", "eager", "loop", "eager loop"), ("nn", "eager", "module", "torch.nn"),
+            ("inductor", "inductor", "scan", "inductor"), ("tidal", "tidal", "scan", "tidal"),
+            ("jax", "eager", "jax", "JAX")]
+    GPU_SIZES = [(32, 128, 128), (64, 256, 512), (64, 512, 256)]
+    CPU_SIZES = [(32, 128, 128)]
+
+    def columns(self):
+        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
+
+    def sizes(self, quick, device):
+        if os.environ.get("TIDAL_BENCH_RECURRENCE_SIZES"):
+            return [tuple(int(v) for v in s.split("x")) for s in os.environ["TIDAL_BENCH_RECURRENCE_SIZES"].split(",")]
+        return [(4, 16, 8)] if quick else (self.GPU_SIZES if device == "cuda" else self.CPU_SIZES)
+
+    def rows_for(self, quick, device):
+        return {self.label(c, m, b, h, t): dict(cell=c, mode=m, B=b, H=h, T=t)
+                for b, h, t in self.sizes(quick, device) for c in RECURRENT_CELLS for m in ("forward", "forward+backward")}
+
+    @staticmethod
+    def label(cell, mode, b, h, t):
+        return f"{cell} {mode} B={b} H={h} T={t}"
+
+    def units(self, quick, device):
+        units = []
+        for b, h, t in self.sizes(quick, device):
+            rows = [self.label(c, m, b, h, t) for c in RECURRENT_CELLS for m in ("forward", "forward+backward")]
+            for key, backend, variant, _ in self.COLS:
+                if variant == "jax" and device != "cpu":
+                    continue
+                mine = [r for r in rows if variant != "module" or r.split()[0] in STANDARD_MODULES]
+                units.append(_u(self.name, key, backend, mine, variant=variant, params=dict(B=b, H=h, T=t)))
+        return units
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        for row, _ in unit["cells"]:
+            kind, mode = row.split()[:2]
+            if unit["variant"] == "jax":
+                yield row, unit["column"], _jax_record(ctx, kind, mode, p)
+                continue
+            xs = recurrence_xs(p, ctx.device)
+            loop = make_cell(kind, p["H"], ctx.device, "loop")
+            model = make_cell(kind, p["H"], ctx.device, unit["variant"])
+            if mode == "forward":
+                with torch.no_grad():
+                    ref = loop(xs)
+                yield row, unit["column"], measure(ctx, unit["backend"], model, (xs,), reference=ref)
+                continue
+            x = xs.clone().requires_grad_()
+            ref = _train_step_x(loop, x)(loop, (x,))
+            yield row, unit["column"], measure(ctx, unit["backend"], model, (x,), invoke=_train_step_x(model, x),
+                                               reference=ref, grad=True)
+
+    def summarize(self, rows):
+        t = {r["label"]: {k: (v.get("time_s") if v.get("status") == "ok" else None) for k, v in r["cells"].items()} for r in rows}
+        out = {}
+        for label, cells in t.items():
+            kind = label.split()[0]
+            if kind in STANDARD_MODULES and cells.get("tidal") and cells.get("nn"):
+                out[f"{label}: tidal / torch.nn (target <= 1.25)"] = cells["tidal"] / cells["nn"]
+            if kind in CUSTOM_VS_STANDARD and cells.get("tidal"):
+                other = t.get(label.replace(kind, CUSTOM_VS_STANDARD[kind], 1), {})
+                if other.get("tidal"):
+                    out[f"{label}: tidal / tidal {CUSTOM_VS_STANDARD[kind]} (target <= 1.25)"] = cells["tidal"] / other["tidal"]
+        return out
+
+
+def _train_step_x(model, x):
+    """invoke(fn, (x,)): one forward+backward of ys.sum(); the gradients (x first, then the weights)."""
+    params = [x, *model.parameters()]
+
+    def step(fn, xs):
+        for q in params:
+            q.grad = None
+        fn(*xs).sum().backward()
+        return x.grad.clone()
+
+    return step
+
+
+def _jax_record(ctx, kind: str, mode: str, p: dict) -> dict:
+    """One cell timed by bench/jax_cells.py under the python TIDAL_BENCH_JAX_PYTHON names."""
+    import json
+    import subprocess
+
+    from harness import RESULT_MARK, failure, status_record
+
+    python = os.environ.get("TIDAL_BENCH_JAX_PYTHON")
+    if not python:
+        return status_record("unsupported", "TIDAL_BENCH_JAX_PYTHON is not set (bench/README.md: JAX column)")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_cells.py")
+    cmd = [python, script, "--cell", kind, "--B", str(p["B"]), "--H", str(p["H"]), "--T", str(p["T"]),
+           "--mode", "fwd" if mode == "forward" else "fwdbwd", "--threads", str(ctx.threads)]
+    if ctx.quick:
+        cmd += ["--repeats", "3"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except Exception as exc:  # noqa: BLE001 - a result like any failure
+        return failure(exc, "jax")
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    return {"status": "failed", "phase": "jax", "error_type": "NoResult", "error": (proc.stderr.strip().splitlines() or [""])[-1][:300]}
+
+
 CASES = {
     c.name: c
     for c in (CompileTime(), RnnScan(), RnnScanSizes(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
-              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine())
+              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine(), Recurrences())
 }

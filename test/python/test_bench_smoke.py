@@ -54,3 +54,24 @@ def test_cells_measured_in_several_processes():
     assert _across_processes(recs[:2])["time_s"] == 1.0  # the lower middle of an even count
     failed = {"status": "failed", "error_type": "RuntimeError", "error": "boom"}
     assert _across_processes([recs[0], failed, recs[2]]) is failed
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru", "ln_lstm", "mingru", "residual_rnn"])
+def test_recurrence_cells_agree(kind):
+    """The recurrences case's programs compute one thing: the scan step and the Python loop, and
+    torch.nn's module (cuDNN/oneDNN) given the same weights, for the standard cells."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from cases import STANDARD_MODULES, make_cell, recurrence_xs
+    finally:
+        sys.path.pop(0)
+
+    xs = recurrence_xs(dict(T=5, B=3, H=8), "cpu")
+    with torch.no_grad():
+        ref = make_cell(kind, 8, "cpu", "loop")(xs)
+        assert ref.shape == (5, 3, 8)
+        torch.testing.assert_close(make_cell(kind, 8, "cpu", "scan")(xs), ref)
+        if kind in STANDARD_MODULES:
+            torch.testing.assert_close(make_cell(kind, 8, "cpu", "module")(xs), ref)
