@@ -905,14 +905,14 @@ def make_cell(kind: str, h: int, device: str, impl: str):
             if kind == "rnn":
                 hh = torch.tanh(x @ self.W + carry @ self.U + self.b)
                 return hh, hh.clone()
-            if kind == "residual_rnn":
-                hh = carry + torch.tanh(x @ self.W + carry @ self.U + self.b)
+            if kind == "residual_rnn":  # post-norm, as a residual block keeps its scale over T steps
+                hh = F.layer_norm(carry + torch.tanh(x @ self.W + carry @ self.U + self.b), (h,))
                 return hh, hh.clone()
             if kind in ("lstm", "ln_lstm"):
                 hh, c = carry
                 xw, hu = x @ self.W, hh @ self.U
-                if kind == "ln_lstm":
-                    xw, hu = F.layer_norm(xw, (n * h,)), F.layer_norm(hu, (n * h,))
+                if kind == "ln_lstm":  # with a gain of 0.5, as a trained one is (1 makes the cell chaotic at T=128)
+                    xw, hu = 0.5 * F.layer_norm(xw, (n * h,)), 0.5 * F.layer_norm(hu, (n * h,))
                 i, f, gg, o = (xw + hu + self.b).chunk(4, dim=-1)
                 c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
                 hh = torch.sigmoid(o) * torch.tanh(F.layer_norm(c, (h,)) if kind == "ln_lstm" else c)
@@ -974,7 +974,7 @@ class Recurrences(Case):
     description = (
         "Every step's hidden state of RNN-tanh, LSTM, GRU and three custom cells (LayerNorm-LSTM, minGRU, "
         "residual RNN) over xs [T, B, H] (input width H); forward (no_grad) and forward+backward "
-        "(ys.sum().backward(), x and every weight requiring grad). Columns: the Python loop in eager, "
+        "(ys.backward(a fixed random cotangent), x and every weight requiring grad). Columns: the Python loop in eager, "
         "torch.nn's module (cuDNN on cuda, oneDNN on the CPU; standard cells only), Inductor and tidal on "
         "the scan, and on the CPU JAX (lax.scan under jit, bench/jax_cells.py, in its own venv named by "
         "TIDAL_BENCH_JAX_PYTHON). Values (ys; x's gradient) checked against the eager loop. Sizes: "
@@ -1053,13 +1053,17 @@ class Recurrences(Case):
 
 
 def _train_step_x(model, x):
-    """invoke(fn, (x,)): one forward+backward of ys.sum(); the gradients (x first, then the weights)."""
+    """invoke(fn, (x,)): one forward+backward, ys.backward(a fixed random cotangent) (ys.sum() says
+    nothing through a LayerNorm: its rows sum to 0); x's gradient."""
+    import torch
+
     params = [x, *model.parameters()]
+    cotangent = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(x.device)
 
     def step(fn, xs):
         for q in params:
             q.grad = None
-        fn(*xs).sum().backward()
+        fn(*xs).backward(cotangent)
         return x.grad.clone()
 
     return step
