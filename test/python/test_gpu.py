@@ -661,3 +661,41 @@ def test_cond_branches_of_unequal_shapes_on_cuda(sign):
     with torch.no_grad():
         got = torch.compile(_branches_of_unequal_shapes, backend="tidal", fullgraph=True, options=STRICT)(x)
     torch.testing.assert_close(got, _branches_of_unequal_shapes(x))
+
+
+def _lstm_scan(xs, h0, c0, U, b):
+    from torch._higher_order_ops import scan
+
+    def step(carry, x):
+        h, c = carry
+        i, f, g, o = (x + h @ U + b).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return (h, c), h.clone()
+
+    return scan(step, (h0, c0), xs)[1]
+
+
+def test_new_buffers_at_every_call_replay_a_staged_capture(monkeypatch):
+    """A host loop of kernels (an LSTM step: chunked gates) called with new buffers every time, as
+    a training step's forward and backward are: from the third call a capture over private copies
+    of the inputs replays, each call's inputs copied in; results held across calls stay right."""
+    import tidal.backends.gpu.program as gpu_program
+
+    monkeypatch.setattr(gpu_program, "STAGING_SHARE", 1e9)  # whatever the host time of this small plan
+    g = torch.Generator().manual_seed(0)
+    h = 32
+    weights = [torch.randn(h, 4 * h, generator=g) * h**-0.5, torch.randn(4 * h, generator=g) * 0.1]
+
+    def inputs():
+        return [torch.randn(16, 8, 4 * h, generator=g), torch.zeros(8, h), torch.zeros(8, h), *weights]
+
+    program = _gpu_program(_lstm_scan, inputs())
+    batches = [_cuda(inputs()) for _ in range(5)]
+    with torch.no_grad():
+        results = [program(*batch) for batch in batches]  # all held: later replays must not overwrite them
+        expected = [_lstm_scan(*batch) for batch in batches]
+    for got, want in zip(results, expected):
+        torch.testing.assert_close(got[0], want, rtol=1e-4, atol=1e-4)
+    staged = [s for s in program._staged.values() if s]
+    assert staged and isinstance(staged[0][0], gpu_program._Staged), program._staged

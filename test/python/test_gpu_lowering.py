@@ -716,3 +716,19 @@ def test_a_constant_pad_is_masked_loads_fused_with_its_neighbours(pad):
     with prog.context:
         native = NativeFunction.from_llvm_module(prog.module, prog.func_name, args, results)
     torch.testing.assert_close(native(x)[0], f(x)[0])
+
+
+def test_staged_capture_copies_only_what_it_can_and_when_it_pays():
+    """A call with new buffers replays a capture over private copies only where a copy into the
+    private layout is exact (no expanded or gapped view) and copying costs less than a quarter of
+    the host time of the plan (a host loop of kernels, not one launch)."""
+    import torch
+
+    from tidal.backends.gpu.program import _dense, _worth_staging
+
+    base = torch.zeros(3, 4)
+    assert _dense(base) and _dense(base.t()) and _dense(torch.zeros(2, 1, 3)) and _dense(torch.zeros(0, 3))
+    assert not _dense(torch.zeros(1, 4).expand(3, 4)) and not _dense(base[:, :2])
+    activations = [torch.zeros(128, 32, 512, device="meta")]  # 8 MiB on a device: 8 us at 1 TB/s and a launch
+    assert _worth_staging(activations, host_s=60e-3)  # an LSTM's host loop: 60 ms
+    assert not _worth_staging(activations, host_s=50e-6)  # one kernel's launch

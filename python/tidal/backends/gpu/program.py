@@ -9,12 +9,17 @@ time a set of input buffers and shapes comes, and replayed whenever it comes aga
 every call, as a training step's activations, never pay for a capture) (one launch, no Python per
 step). A replay hands out the graph's own outputs (as aliases), never overwriting ones still held:
 while the caller holds a replay's results, a second capture serves (`capture._Capture`).
-`TIDAL_CUDA_GRAPHS=0` turns this off.
+A program called with new buffers at every call (a training step's forward, whose activations
+autograd holds, and its backward, whose inputs are those activations) is captured too where its
+plan costs the host more than copying its inputs would (`_worth_staging`: a host loop of kernels,
+a recurrence's T steps): over private copies of the inputs, into which each later call of the same
+shapes copies its own before the replay (`_Staged`). `TIDAL_CUDA_GRAPHS=0` turns both off.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from torch_mlir import ir
@@ -25,6 +30,10 @@ from tidal.backends.gpu.plan import PlanBuilder, _Plan
 
 GRAPHS_PER_PROGRAM = 8  # sets of input buffers and shapes with CUDA graphs kept per program
 CAPTURES_PER_GRAPH = 2  # graphs per set: while `y = f(x)` holds one's results, the other replays
+# A call with new buffers replays a staged capture when copying its inputs in costs less than
+# this share of the host time the plan took (the copies: a launch each and the bytes at 1 TB/s)
+STAGING_SHARE = 0.25
+COPY_LAUNCH_S, COPY_BYTES_PER_S = 10e-6, 1e12
 
 
 class GpuProgram:
@@ -41,6 +50,8 @@ class GpuProgram:
         self.plan = _Plan(self.builder, self.block)
         self._graphs: dict = {}
         self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
+        self._staged: dict = {}  # shapes of the inputs -> [_Staged, ...], or False: not capturable
+        self._seen_shapes: dict = {}
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
         self.host_results: list[int] = []  # results eager leaves on the CPU (set by the driver)
 
@@ -67,8 +78,15 @@ class GpuProgram:
         key = tuple(_input_key(t) for t in tensors)
         captures = self._graphs.get(key)
         if captures is None:
+            shapes = tuple(_shape_key(t) for t in tensors)
+            staged = self._staged.get(shapes)
+            ready = next((s for s in staged if s.replayable()), None) if staged else None
+            if ready is not None:
+                return ready.replay(tensors)
             args = self.launcher.device_args(tensors)
+            start = time.perf_counter()
             outs = self._run_plan(args)  # compiles the kernels; its results are this call's
+            host_s = time.perf_counter() - start
             if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
                 capture = self._capture(args)
                 self._graphs[key] = [capture] if capture else False
@@ -78,6 +96,15 @@ class GpuProgram:
                 self._seen[key] = None
                 while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
                     self._seen.pop(next(iter(self._seen)))
+                if shapes in self._seen_shapes and staged is not False and len(staged or ()) < CAPTURES_PER_GRAPH \
+                        and self._graphs_enabled and _worth_staging(tensors, host_s):
+                    new = self._stage(tensors)
+                    self._staged[shapes] = [*(staged or ()), new] if new else False
+                    while len(self._staged) > GRAPHS_PER_PROGRAM:
+                        self._staged.pop(next(iter(self._staged)))
+                self._seen_shapes[shapes] = None
+                while len(self._seen_shapes) > 4 * GRAPHS_PER_PROGRAM:
+                    self._seen_shapes.pop(next(iter(self._seen_shapes)))
             return outs
         if captures is False:  # not capturable at these inputs
             return self._run_plan(self.launcher.device_args(tensors))
@@ -102,6 +129,20 @@ class GpuProgram:
             self._graphs_enabled = False
         return captured
 
+    def _stage(self, tensors):
+        """A `_Staged` capture over private copies of `tensors`' GPU buffers, or None where one
+        cannot be copied into (overlapping memory: an expanded view) or the plan needs the host."""
+        private = []
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                if not _dense(t):
+                    return None
+                private.append(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t))
+            else:
+                private.append(t)
+        captured = self._capture(self.launcher.device_args(private))
+        return _Staged(captured, private) if captured else None
+
     def _run_in_callers_capture(self, tensors):
         """A call inside a CUDA graph the caller captures (`torch.cuda.graph` around the compiled
         function): the plan's launches go into the caller's graph. A graph of tidal's own cannot
@@ -116,3 +157,47 @@ class GpuProgram:
         """Every kernel the program makes, for printing without a GPU (those that depend on sizes:
         at the program's static shapes)."""
         return list(self.builder.kernels)
+
+
+class _Staged:
+    """A capture over private copies of the inputs: a call with other buffers of the same shapes
+    copies its inputs into them, on the current stream, and replays."""
+
+    def __init__(self, capture, private: list):
+        self.capture, self.private = capture, private
+
+    def replayable(self) -> bool:
+        return self.capture.replayable()
+
+    def replay(self, tensors) -> list:
+        for mine, theirs in zip(self.private, tensors):
+            if isinstance(mine, torch.Tensor) and mine.device.type != "cpu":
+                mine.copy_(theirs)
+        return self.capture.replay()
+
+
+def _shape_key(t) -> tuple:
+    """What a staged capture depends on: a GPU tensor's layout (its buffer is copied in), a host
+    value itself."""
+    if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+        return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+    return _input_key(t)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Every element of `t`'s memory span is one element of `t` (no expanded, overlapping or
+    strided-with-gaps view): a copy into a tensor of its layout is well-defined."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def _worth_staging(tensors, host_s: float) -> bool:
+    """Copying the inputs in costs less than STAGING_SHARE of the host time the plan took."""
+    gpu = [t for t in tensors if isinstance(t, torch.Tensor) and t.device.type != "cpu"]
+    copy_s = len(gpu) * COPY_LAUNCH_S + sum(t.numel() * t.element_size() for t in gpu) / COPY_BYTES_PER_S
+    return copy_s < STAGING_SHARE * host_s
