@@ -20,11 +20,11 @@ PyTorch scan does); the output is every step's hidden state ys [T, B, H].
   lstm          i, f, g, o = split(x W + h U + b, 4); c = s(f) c + s(i) tanh(g); h = s(o) tanh(c)
   gru           torch.nn.GRU: r = s(xW_r + b_ir + hU_r + b_hr), z = s(xW_z + b_iz + hU_z + b_hz),
                 n = tanh(xW_n + b_in + r (hU_n + b_hn)), h = (1 - z) n + z h
-  ln_lstm       lstm with LayerNorm (no affine, eps 1e-5, last dim) on x W and on h U before + b,
+  ln_lstm       lstm with 0.5 * LayerNorm (no affine, eps 1e-5, last dim) on x W and on h U before + b,
                 and h = s(o) tanh(LN(c)) (c carried un-normalised)
   mingru        z = s(x W_z), ht = x W_h, h = (1 - z) h + z ht (W = [W_z | W_h], [H, 2H], one matmul)
-  residual_rnn  h = h + tanh(x W + h U + b)
-Modes: fwd = jit(cell)(params, xs); fwdbwd = jit(grad(lambda params, xs: cell(params, xs).sum(),
+  residual_rnn  h = LayerNorm(h + tanh(x W + h U + b))  (post-norm, as bench/cases.py)
+Modes: fwd = jit(cell)(params, xs); fwdbwd = jit(grad(lambda params, xs: (cell(params, xs) * a fixed random cotangent).sum(),
 argnums=(0, 1))): the gradients of every weight and of xs.
 
 Timing: one call (compiles), 3 warm-up calls, then --repeats timed calls, each ending with
@@ -131,13 +131,13 @@ def make_cell(cell: str):
             h = jnp.tanh(x @ p["W"] + carry @ p["U"] + p["b"])
             return h, h
         if cell == "residual_rnn":
-            h = carry + jnp.tanh(x @ p["W"] + carry @ p["U"] + p["b"])
+            h = _layer_norm(carry + jnp.tanh(x @ p["W"] + carry @ p["U"] + p["b"]))
             return h, h
         if cell in ("lstm", "ln_lstm"):
             h, c = carry
             xw, hu = x @ p["W"], h @ p["U"]
             if cell == "ln_lstm":
-                xw, hu = _layer_norm(xw), _layer_norm(hu)
+                xw, hu = 0.5 * _layer_norm(xw), 0.5 * _layer_norm(hu)
             i, f, g, o = jnp.split(xw + hu + p["b"], 4, axis=-1)
             c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(g)
             h = sigmoid(o) * jnp.tanh(_layer_norm(c) if cell == "ln_lstm" else c)
@@ -171,7 +171,12 @@ def make_fn(cell: str, mode: str):
     if mode == "fwd":
         return jax.jit(run)
     if mode == "fwdbwd":
-        return jax.jit(jax.grad(lambda p, xs: run(p, xs).sum(), argnums=(0, 1)))
+        # a fixed random cotangent, as bench/cases.py: ys.sum() says nothing through a LayerNorm
+        def loss(p, xs):
+            ys = run(p, xs)
+            return (ys * jax.random.normal(jax.random.PRNGKey(3), ys.shape, ys.dtype)).sum()
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))
     raise ValueError(mode)
 
 
