@@ -1094,8 +1094,139 @@ def _jax_record(ctx, kind: str, mode: str, p: dict) -> dict:
     return {"status": "failed", "phase": "jax", "error_type": "NoResult", "error": (proc.stderr.strip().splitlines() or [""])[-1][:300]}
 
 
+# ----------------------------------------------------------------------------------------------
+# linear_recurrence: h_t = exp(g_t) * h_{t-1} + x_t over [B, T, D] (HGRN, Mamba, minGRU, RetNet)
+
+
+def linear_recurrence_program(form: str, device: str):
+    """h over [B, T, D] as `associative_scan` of the affine maps (a, x) or as a `scan` step."""
+    import torch
+    from torch._higher_order_ops import associative_scan, scan
+
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def by_associative_scan(g, x):
+        mode = "pointwise" if device == "cuda" else "generic"  # eager's pointwise form needs CUDA
+        return associative_scan(combine, (g.exp(), x), dim=1, combine_mode=mode)[1]
+
+    def by_scan(g, x):
+        def step(h, gx):
+            h = gx[0].exp() * h + gx[1]
+            return h, h.clone()
+
+        return scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
+
+    def loop(g, x):
+        h, ys = torch.zeros_like(x[:, 0]), []
+        for t in range(x.shape[1]):
+            h = g[:, t].exp() * h + x[:, t]
+            ys.append(h)
+        return torch.stack(ys, 1)
+
+    return {"associative_scan": by_associative_scan, "scan": by_scan, "loop": loop}[form]
+
+
+def linear_recurrence_inputs(p, device):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    gate = torch.nn.functional.logsigmoid(torch.randn(p["B"], p["T"], p["D"], generator=g) + 3)  # decays near 1
+    return gate.to(device), torch.randn(p["B"], p["T"], p["D"], generator=g).to(device)
+
+
+class LinearRecurrence(Case):
+    name = "linear_recurrence"
+    title = "gated linear recurrence h_t = exp(g_t) h_{t-1} + x_t over [B, T, D]"
+    description = (
+        "As associative_scan of the affine maps (dim=1) and as a scan step, forward (no_grad) and "
+        "forward+backward ((h * a fixed random cotangent).sum(), g and x requiring grad). Roofline: one "
+        "elementwise op of the same traffic (torch.add(x, g, out=o): two reads, one write). JAX: lax.scan "
+        "and lax.associative_scan under jit (bench/jax_cells.py, CPU, TIDAL_BENCH_JAX_PYTHON). Values "
+        "checked against the Python loop in eager. TIDAL_BENCH_LINREC_SIZES=BxTxD,... overrides the rows."
+    )
+    ratios = False
+    COLS = [("roofline", "eager", "roofline", "roofline op"), ("inductor", "inductor", None, "inductor"),
+            ("tidal", "tidal", None, "tidal"), ("jax", "eager", "jax", "JAX")]
+    CPU_SIZES = [(4, 4096, 256)]
+    GPU_SIZES = [(8, 4096, 1024), (4, 65536, 64), (16, 1 << 20, 1), (32, 2048, 2048)]
+    FORMS = ("associative_scan", "scan")
+
+    def columns(self):
+        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
+
+    def sizes(self, quick, device):
+        if os.environ.get("TIDAL_BENCH_LINREC_SIZES"):
+            return [tuple(int(v) for v in s.split("x")) for s in os.environ["TIDAL_BENCH_LINREC_SIZES"].split(",")]
+        return [(2, 64, 16)] if quick else (self.GPU_SIZES if device == "cuda" else self.CPU_SIZES)
+
+    def rows_for(self, quick, device):
+        return {f"{f} {m} [{b}, {t}, {d}]": dict(form=f, mode=m, B=b, T=t, D=d)
+                for b, t, d in self.sizes(quick, device) for f in self.FORMS for m in ("forward", "forward+backward")}
+
+    def units(self, quick, device):
+        units = []
+        for b, t, d in self.sizes(quick, device):
+            rows = [f"{f} {m} [{b}, {t}, {d}]" for f in self.FORMS for m in ("forward", "forward+backward")]
+            for key, backend, variant, _ in self.COLS:
+                if variant == "jax" and device != "cpu":
+                    continue
+                mine = [r for r in rows if variant != "roofline" or r.startswith(f"{self.FORMS[0]} forward ")]
+                units.append(_u(self.name, key, backend, mine, variant=variant, params=dict(B=b, T=t, D=d)))
+        return units
+
+    def run_unit(self, ctx, unit):
+        import torch
+
+        from harness import measure
+
+        p = unit["params"]
+        g, x = linear_recurrence_inputs(p, ctx.device)
+        for row, _ in unit["cells"]:
+            form, mode = row.split()[:2]
+            if unit["variant"] == "roofline":
+                out = torch.empty_like(x)
+                yield row, unit["column"], measure(ctx, "eager", lambda a, b: torch.add(a, b, out=out), (x, g))
+                continue
+            if unit["variant"] == "jax":
+                cell = "linrec_assoc" if form == "associative_scan" else "linrec_scan"
+                yield row, unit["column"], _jax_record(ctx, cell, mode, dict(B=p["B"], H=p["D"], T=p["T"]))
+                continue
+            program = linear_recurrence_program(form, ctx.device)
+            loop = linear_recurrence_program("loop", ctx.device)
+            if mode == "forward":
+                with torch.no_grad():
+                    ref = loop(g, x)
+                yield row, unit["column"], measure(ctx, unit["backend"], program, (g, x), reference=ref)
+                continue
+            cotangent = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(x.device)
+            gq, xq = g.clone().requires_grad_(), x.clone().requires_grad_()
+
+            def step(fn, inputs):
+                for q in inputs:
+                    q.grad = None
+                fn(*inputs).backward(cotangent)
+                return tuple(q.grad.clone() for q in inputs)
+
+            ref = step(loop, (gq, xq)) if p["T"] <= 8192 else None
+            yield row, unit["column"], measure(ctx, unit["backend"], program, (gq, xq), invoke=step,
+                                               reference=ref, grad=True)
+
+    def summarize(self, rows):
+        out = {}
+        roof = next((r["cells"]["roofline"].get("time_s") for r in rows if r["cells"].get("roofline", {}).get("status") == "ok"), None)
+        for r in rows:
+            t = {k: (v.get("time_s") if v.get("status") == "ok" else None) for k, v in r["cells"].items()}
+            if roof and t.get("tidal") and r["label"].split()[1] == "forward":
+                out[f"{r['label']}: roofline / tidal (target >= 0.5 on the CPU, 0.85 on the GPU)"] = roof / t["tidal"]
+            for other in ("jax", "inductor"):
+                if t.get("tidal") and t.get(other):
+                    out[f"{r['label']}: {other} / tidal (target > 1)"] = t[other] / t["tidal"]
+        return out
+
+
 CASES = {
     c.name: c
     for c in (CompileTime(), RnnScan(), RnnScanSizes(), RnnTrain(), WhileLoop(), AssociativeScan(), AssociativeScanTrain(),
-              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine(), Recurrences())
+              CondClamp(), ChunkedCE(), ChunkedCETrain(), ConvDenoiser(), StraightLine(), Recurrences(), LinearRecurrence())
 }

@@ -40,7 +40,7 @@ import sys
 import time
 
 RESULT_MARK = "@@TIDAL_BENCH_RESULT@@ "
-CELLS = ("rnn", "lstm", "gru", "ln_lstm", "mingru", "residual_rnn")
+CELLS = ("rnn", "lstm", "gru", "ln_lstm", "mingru", "residual_rnn", "linrec_scan", "linrec_assoc")
 MODES = ("fwd", "fwdbwd")
 GATES = {"rnn": 1, "residual_rnn": 1, "lstm": 4, "ln_lstm": 4, "gru": 3, "mingru": 2}
 WARMUP_CALLS = 3
@@ -120,11 +120,38 @@ def _layer_norm(v, eps=1e-5):
     return (v - mean) * jax.lax.rsqrt(var + eps)
 
 
+def make_linear_recurrence(cell: str):
+    """h_t = exp(g_t) h_{t-1} + x_t over [B, T, D] along T (bench/cases.py's linear_recurrence):
+    params {"g": gates}, xs the x; as lax.scan (`linrec_scan`) or lax.associative_scan
+    (`linrec_assoc`) of the affine maps."""
+    import jax
+    import jax.numpy as jnp
+
+    def run(p, xs):
+        if cell == "linrec_assoc":
+            def combine(left, right):
+                return left[0] * right[0], right[0] * left[1] + right[1]
+
+            return jax.lax.associative_scan(combine, (jnp.exp(p["g"]), xs), axis=1)[1]
+
+        def step(h, gx):
+            h = jnp.exp(gx[0]) * h + gx[1]
+            return h, h
+
+        _, ys = jax.lax.scan(step, jnp.zeros_like(xs[:, 0]), (jnp.swapaxes(p["g"], 0, 1), jnp.swapaxes(xs, 0, 1)))
+        return jnp.swapaxes(ys, 0, 1)
+
+    return run
+
+
 def make_cell(cell: str):
-    """cell(params, xs [T, B, H]) -> ys [T, B, H]."""
+    """cell(params, xs [T, B, H]) -> ys [T, B, H] (the linear recurrences: [B, T, D])."""
     import jax
     import jax.numpy as jnp
     from jax.nn import sigmoid
+
+    if cell.startswith("linrec"):
+        return make_linear_recurrence(cell)
 
     def step(p, carry, x):
         if cell == "rnn":
@@ -183,6 +210,10 @@ def make_fn(cell: str, mode: str):
 def make_inputs(cell: str, B: int, H: int, T: int):
     import jax
 
+    if cell.startswith("linrec"):  # [B, T, D=H]; gates log-sigmoid(N(3, 1)): decays near 1
+        g = jax.nn.log_sigmoid(jax.random.normal(jax.random.PRNGKey(0), (B, T, H), "float32") + 3)
+        return {"g": g}, jax.random.normal(jax.random.PRNGKey(1), (B, T, H), "float32")
+
     xs = jax.random.normal(jax.random.PRNGKey(1), (T, B, H), "float32")
     return make_params(cell, H), xs
 
@@ -223,7 +254,7 @@ def check(B: int = 2, H: int = 8, T: int = 5) -> int:
         g_params, g_xs = make_fn(cell, "fwdbwd")(params, xs)
         finite = bool(jnp.isfinite(ys).all())
         g_finite = all(bool(jnp.isfinite(g).all()) for g in jax.tree_util.tree_leaves((g_params, g_xs)))
-        shapes_ok = ys.shape == (T, B, H) and g_xs.shape == xs.shape and all(
+        shapes_ok = ys.shape == xs.shape and g_xs.shape == xs.shape and all(
             g_params[k].shape == params[k].shape for k in params)
         ok = finite and g_finite and shapes_ok
         bad += not ok
