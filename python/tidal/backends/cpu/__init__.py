@@ -21,6 +21,7 @@ import tidal.backends.cpu.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.cpu.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
 import tidal.backends.cpu.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.cpu.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
+import tidal.backends.cpu.scan_transposes  # noqa: F401  (registers tidal-fold-scan-transposes)
 import tidal.backends.cpu.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
 import tidal.backends.cpu.soft_bf16  # noqa: F401  (registers tidal-soft-bf16)
 import tidal.backends.cpu.split_functions  # noqa: F401  (registers tidal-split-large-functions)
@@ -55,7 +56,7 @@ BUFFERIZE = (
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-lower-to-scf, tidal-parallelism-to-threads, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
+    "tidal-fold-scan-transposes, tidal-lower-to-scf, tidal-parallelism-to-threads, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-elementwise, func.func(loop-invariant-code-motion), tidal-concat-in-place, canonicalize, "
