@@ -968,7 +968,28 @@ def recurrence_xs(p, device):
     return torch.randn(p["T"], p["B"], p["H"], generator=g).to(device)
 
 
-class Recurrences(Case):
+class _SizedFamily(Case):
+    """A case family whose rows are sizes (`CPU_SIZES`, `GPU_SIZES`, `QUICK_SIZE`, or the
+    comma-separated `AxBxC` list in the environment variable `SIZES_ENV`) and whose columns are
+    `COLS` (key, backend, variant, title)."""
+
+    ratios = False
+    COLS: list = []
+    CPU_SIZES: list = []
+    GPU_SIZES: list = []
+    QUICK_SIZE: tuple = ()
+    SIZES_ENV = ""
+
+    def columns(self):
+        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
+
+    def sizes(self, quick, device):
+        if os.environ.get(self.SIZES_ENV):
+            return [tuple(int(v) for v in s.split("x")) for s in os.environ[self.SIZES_ENV].split(",")]
+        return [self.QUICK_SIZE] if quick else (self.GPU_SIZES if device == "cuda" else self.CPU_SIZES)
+
+
+class Recurrences(_SizedFamily):
     name = "recurrences"
     title = "recurrent cells written as a scan step, against cuDNN/oneDNN and JAX"
     description = (
@@ -980,20 +1001,13 @@ class Recurrences(Case):
         "TIDAL_BENCH_JAX_PYTHON). Values (ys; x's gradient) checked against the eager loop. Sizes: "
         "TIDAL_BENCH_RECURRENCE_SIZES=BxHxT,... overrides the rows' (B, H, T)."
     )
-    ratios = False
     COLS = [("loop", "eager", "loop", "eager loop"), ("nn", "eager", "module", "torch.nn"),
             ("inductor", "inductor", "scan", "inductor"), ("tidal", "tidal", "scan", "tidal"),
             ("jax", "eager", "jax", "JAX")]
     GPU_SIZES = [(32, 128, 128), (64, 256, 512), (64, 512, 256)]
     CPU_SIZES = [(32, 128, 128)]
-
-    def columns(self):
-        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
-
-    def sizes(self, quick, device):
-        if os.environ.get("TIDAL_BENCH_RECURRENCE_SIZES"):
-            return [tuple(int(v) for v in s.split("x")) for s in os.environ["TIDAL_BENCH_RECURRENCE_SIZES"].split(",")]
-        return [(4, 16, 8)] if quick else (self.GPU_SIZES if device == "cuda" else self.CPU_SIZES)
+    QUICK_SIZE = (4, 16, 8)
+    SIZES_ENV = "TIDAL_BENCH_RECURRENCE_SIZES"
 
     def rows_for(self, quick, device):
         return {self.label(c, m, b, h, t): dict(cell=c, mode=m, B=b, H=h, T=t)
@@ -1052,21 +1066,30 @@ class Recurrences(Case):
         return out
 
 
-def _train_step_x(model, x):
-    """invoke(fn, (x,)): one forward+backward, ys.backward(a fixed random cotangent) (ys.sum() says
-    nothing through a LayerNorm: its rows sum to 0); x's gradient."""
+def _backward_step(leaves, returned):
+    """invoke(fn, inputs): one forward+backward, out.backward(a fixed random cotangent) (out.sum()
+    says nothing through a LayerNorm: its rows sum to 0); the gradients of `returned`, those of
+    every leaf cleared first."""
     import torch
 
-    params = [x, *model.parameters()]
-    cotangent = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(x.device)
+    cotangent = None
 
-    def step(fn, xs):
-        for q in params:
+    def step(fn, inputs):
+        nonlocal cotangent
+        for q in leaves:
             q.grad = None
-        fn(*xs).backward(cotangent)
-        return x.grad.clone()
+        out = fn(*inputs)
+        if cotangent is None:
+            cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out.device)
+        out.backward(cotangent)
+        return tuple(q.grad.clone() for q in returned)
 
     return step
+
+
+def _train_step_x(model, x):
+    """x's gradient of one forward+backward of `model` (its weights' cleared too)."""
+    return _backward_step([x, *model.parameters()], [x])
 
 
 def _jax_record(ctx, kind: str, mode: str, p: dict) -> dict:
@@ -1135,7 +1158,7 @@ def linear_recurrence_inputs(p, device):
     return gate.to(device), torch.randn(p["B"], p["T"], p["D"], generator=g).to(device)
 
 
-class LinearRecurrence(Case):
+class LinearRecurrence(_SizedFamily):
     name = "linear_recurrence"
     title = "gated linear recurrence h_t = exp(g_t) h_{t-1} + x_t over [B, T, D]"
     description = (
@@ -1145,20 +1168,13 @@ class LinearRecurrence(Case):
         "and lax.associative_scan under jit (bench/jax_cells.py, CPU, TIDAL_BENCH_JAX_PYTHON). Values "
         "checked against the Python loop in eager. TIDAL_BENCH_LINREC_SIZES=BxTxD,... overrides the rows."
     )
-    ratios = False
     COLS = [("roofline", "eager", "roofline", "roofline op"), ("inductor", "inductor", None, "inductor"),
             ("tidal", "tidal", None, "tidal"), ("jax", "eager", "jax", "JAX")]
     CPU_SIZES = [(4, 4096, 256)]
     GPU_SIZES = [(8, 4096, 1024), (4, 65536, 64), (16, 1 << 20, 1), (32, 2048, 2048)]
+    QUICK_SIZE = (2, 64, 16)
+    SIZES_ENV = "TIDAL_BENCH_LINREC_SIZES"
     FORMS = ("associative_scan", "scan")
-
-    def columns(self):
-        return [{"key": k, "backend": b, "title": t} for k, b, _, t in self.COLS]
-
-    def sizes(self, quick, device):
-        if os.environ.get("TIDAL_BENCH_LINREC_SIZES"):
-            return [tuple(int(v) for v in s.split("x")) for s in os.environ["TIDAL_BENCH_LINREC_SIZES"].split(",")]
-        return [(2, 64, 16)] if quick else (self.GPU_SIZES if device == "cuda" else self.CPU_SIZES)
 
     def rows_for(self, quick, device):
         return {f"{f} {m} [{b}, {t}, {d}]": dict(form=f, mode=m, B=b, T=t, D=d)
@@ -1199,15 +1215,8 @@ class LinearRecurrence(Case):
                     ref = loop(g, x)
                 yield row, unit["column"], measure(ctx, unit["backend"], program, (g, x), reference=ref)
                 continue
-            cotangent = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(x.device)
             gq, xq = g.clone().requires_grad_(), x.clone().requires_grad_()
-
-            def step(fn, inputs):
-                for q in inputs:
-                    q.grad = None
-                fn(*inputs).backward(cotangent)
-                return tuple(q.grad.clone() for q in inputs)
-
+            step = _backward_step([gq, xq], [gq, xq])
             ref = step(loop, (gq, xq)) if p["T"] <= 8192 else None
             yield row, unit["column"], measure(ctx, unit["backend"], program, (gq, xq), invoke=step,
                                                reference=ref, grad=True)
