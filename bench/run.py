@@ -267,6 +267,8 @@ def main(argv=None) -> int:
     rounds = max(1, args.processes)
     per_round: list[dict[str, dict[str, dict[str, dict]]]] = [{n: {} for n in names} for _ in range(rounds)]
     start = time.perf_counter()
+    partial_path = os.path.join(args.out, "partial.jsonl")
+    open(partial_path, "w").close()
     for r in range(rounds):
         for k, unit in enumerate(units, 1):
             what = f"[{k}/{len(units)}] {unit['case']} {unit['column']}" + (f" ({unit['variant']})" if unit["variant"] else "") \
@@ -282,6 +284,12 @@ def main(argv=None) -> int:
                 row_cells[col] = _merged(row_cells.get(col), rec)
             states = ", ".join(sorted({rec["status"] for _, _, rec in got}))
             print(f"  {what}: {states} ({wall:.1f} s)", file=sys.stderr, flush=True)
+            for row, col, rec in got:
+                if rec.get("time_s") is not None:
+                    print(f"      {row} | {col}: {rec['time_s'] * 1e3:.3f} ms", file=sys.stderr, flush=True)
+            # a run cut short (a device lease, a timeout) keeps what it measured
+            with open(partial_path, "a") as f:
+                f.write(json.dumps({"case": unit["case"], "process": r, "cells": [[row, col, rec] for row, col, rec in got]}) + "\n")
     cells: dict[str, dict[str, dict[str, dict]]] = {n: {} for n in names}
     for n in names:
         for row in per_round[0][n]:
