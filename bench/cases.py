@@ -1158,6 +1158,35 @@ def linear_recurrence_inputs(p, device):
     return gate.to(device), torch.randn(p["B"], p["T"], p["D"], generator=g).to(device)
 
 
+# The field's hand-written Triton kernels (pure-Python wheels: bench/README.md, "Peers"): each
+# takes its own layout and gate form, prepared outside the timed call, as its users call it.
+LINREC_PEERS = {
+    "accelerated_scan": ("accelerated_scan.scalar", "accelerated-scan 0.3.1 `scalar.scan(exp(g), x)` over [B, D, T]"),
+    "fla_chunk": ("fla.ops.hgrn", "fla 0.6.0 `chunk_hgrn(x, g)`"),
+    "fla_recurrent": ("fla.ops.hgrn", "fla 0.6.0 `fused_recurrent_hgrn(x, g)`"),
+}
+
+
+def linear_recurrence_peer(name: str, g, x, grad: bool):
+    """(program, inputs, to_peer): `program(*inputs)` is the peer's h; `to_peer` maps a [B, T, D]
+    tensor into the peer's layout (the reference, the cotangent)."""
+    import importlib
+
+    module = importlib.import_module(LINREC_PEERS[name][0])
+    if name == "accelerated_scan":
+        def to_peer(t):
+            return t.transpose(1, 2)
+
+        program, inputs = module.scan, [to_peer(t).contiguous() for t in (g.exp(), x)]
+    else:
+        def to_peer(t):
+            return t
+
+        kernel = module.chunk_hgrn if name == "fla_chunk" else module.fused_recurrent_hgrn
+        program, inputs = (lambda g, x: kernel(x, g)[0]), [g.clone(), x.clone()]
+    return program, tuple(t.detach().requires_grad_(grad) for t in inputs), to_peer
+
+
 class LinearRecurrence(_SizedFamily):
     name = "linear_recurrence"
     title = "gated linear recurrence h_t = exp(g_t) h_{t-1} + x_t over [B, T, D]"
@@ -1168,8 +1197,9 @@ class LinearRecurrence(_SizedFamily):
         "and lax.associative_scan under jit (bench/jax_cells.py, CPU, TIDAL_BENCH_JAX_PYTHON). Values "
         "checked against the Python loop in eager. TIDAL_BENCH_LINREC_SIZES=BxTxD,... overrides the rows."
     )
-    COLS = [("roofline", "eager", "roofline", "roofline op"), ("inductor", "inductor", None, "inductor"),
-            ("tidal", "tidal", None, "tidal"), ("jax", "eager", "jax", "JAX")]
+    COLS = [("roofline", "eager", "roofline", "roofline op"), ("accelerated_scan", "eager", "accelerated_scan", "accelerated-scan"),
+            ("fla_chunk", "eager", "fla_chunk", "fla chunk"), ("fla_recurrent", "eager", "fla_recurrent", "fla recurrent"),
+            ("inductor", "inductor", None, "inductor"), ("tidal", "tidal", None, "tidal"), ("jax", "eager", "jax", "JAX")]
     CPU_SIZES = [(4, 4096, 256)]
     GPU_SIZES = [(8, 4096, 1024), (4, 65536, 64), (16, 1 << 20, 1), (32, 2048, 2048)]
     QUICK_SIZE = (2, 64, 16)
@@ -1185,9 +1215,11 @@ class LinearRecurrence(_SizedFamily):
         for b, t, d in self.sizes(quick, device):
             rows = [f"{f} {m} [{b}, {t}, {d}]" for f in self.FORMS for m in ("forward", "forward+backward")]
             for key, backend, variant, _ in self.COLS:
-                if variant == "jax" and device != "cpu":
+                if (variant == "jax" and device != "cpu") or (variant in LINREC_PEERS and device != "cuda"):
                     continue
                 mine = [r for r in rows if variant != "roofline" or r.startswith(f"{self.FORMS[0]} forward ")]
+                if variant in LINREC_PEERS:  # one recurrence: the peers' cells sit in the associative_scan rows
+                    mine = [r for r in rows if r.startswith(self.FORMS[0])]
                 units.append(_u(self.name, key, backend, mine, variant=variant, params=dict(B=b, T=t, D=d)))
         return units
 
@@ -1208,6 +1240,9 @@ class LinearRecurrence(_SizedFamily):
                 cell = "linrec_assoc" if form == "associative_scan" else "linrec_scan"
                 yield row, unit["column"], _jax_record(ctx, cell, mode, dict(B=p["B"], H=p["D"], T=p["T"]))
                 continue
+            if unit["variant"] in LINREC_PEERS:
+                yield row, unit["column"], self._peer(ctx, unit["variant"], mode, p, g, x)
+                continue
             program = linear_recurrence_program(form, ctx.device)
             loop = linear_recurrence_program("loop", ctx.device)
             if mode == "forward":
@@ -1221,15 +1256,62 @@ class LinearRecurrence(_SizedFamily):
             yield row, unit["column"], measure(ctx, unit["backend"], program, (gq, xq), invoke=step,
                                                reference=ref, grad=True)
 
+    @staticmethod
+    def _peer(ctx, name, mode, p, g, x):
+        import torch
+
+        from harness import failure, measure
+
+        loop = linear_recurrence_program("loop", ctx.device)
+        try:
+            program, inputs, to_peer = linear_recurrence_peer(name, g, x, grad=mode != "forward")
+        except ImportError as exc:
+            return failure(exc, "import (bench/README.md, Peers: pip download the wheels)")
+        if mode == "forward":
+            with torch.no_grad():
+                ref = to_peer(loop(g, x)) if p["T"] <= 8192 else None
+            return measure(ctx, "eager", program, inputs, reference=ref)
+        cotangent = torch.randn(x.shape, generator=torch.Generator().manual_seed(4)).to(x.device)
+        ref = None
+        if p["T"] <= 8192:
+            gq, xq = g.clone().requires_grad_(), x.clone().requires_grad_()
+            loop(gq, xq).backward(cotangent)
+            ref = (to_peer(xq.grad),)
+        peer_cotangent = to_peer(cotangent).contiguous()
+
+        def step(fn, args):
+            for q in args:
+                q.grad = None
+            fn(*args).backward(peer_cotangent)
+            return (args[1].grad,)  # x's cotangent: each peer takes its own gate form
+
+        return measure(ctx, "eager", program, inputs, invoke=step, reference=ref, grad=True)
+
     def summarize(self, rows):
         out = {}
-        roof = next((r["cells"]["roofline"].get("time_s") for r in rows if r["cells"].get("roofline", {}).get("status") == "ok"), None)
+
+        def ok(cell):
+            return cell.get("time_s") if cell.get("status") == "ok" else None
+
+        # the roofline and the peers sit in the associative_scan rows: one per mode and size
+        shared = {}
         for r in rows:
-            t = {k: (v.get("time_s") if v.get("status") == "ok" else None) for k, v in r["cells"].items()}
-            if roof and t.get("tidal") and r["label"].split()[1] == "forward":
+            form, mode, size = r["label"].split(" ", 2)
+            if form == self.FORMS[0]:
+                shared[mode, size] = {k: ok(v) for k, v in r["cells"].items() if k == "roofline" or k in LINREC_PEERS}
+        for r in rows:
+            form, mode, size = r["label"].split(" ", 2)
+            t = {k: ok(v) for k, v in r["cells"].items()}
+            if not t.get("tidal"):
+                continue
+            roof = shared.get(("forward", size), {}).get("roofline")
+            if roof and mode == "forward":
                 out[f"{r['label']}: roofline / tidal (target >= 0.5 on the CPU, 0.85 on the GPU)"] = roof / t["tidal"]
+            for peer in LINREC_PEERS:
+                if shared.get((mode, size), {}).get(peer):
+                    out[f"{r['label']}: {peer} / tidal (target >= 1)"] = shared[mode, size][peer] / t["tidal"]
             for other in ("jax", "inductor"):
-                if t.get("tidal") and t.get(other):
+                if t.get(other):
                     out[f"{r['label']}: {other} / tidal (target > 1)"] = t[other] / t["tidal"]
         return out
 
