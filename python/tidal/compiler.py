@@ -141,13 +141,14 @@ def native_function(prog, dump_dir: str | None = None, output_aliases: list[str]
 
 def gpu_function(prog, dump_dir: str | None = None):
     """Lower an imported program to a GPU program: Triton kernels and the host plan around them."""
-    from tidal.backends.gpu import GPU_PREPARE
+    from tidal.backends.gpu import GPU_PREPARE, GPU_TORCH_LEVEL
     from tidal.backends.gpu.aten_fallback import origins, tag_origins, with_aten_calls
     from tidal.backends.gpu.program import GpuProgram
     from tidal.diagnostics import TidalUnsupported
 
     lower(prog.module, prog.context, "tidal", dump_dir=dump_dir)
     with prog.context:
+        run_pipeline(prog.module.operation, f"builtin.module({GPU_TORCH_LEVEL})", prog.context)
         torch_level = tag_origins(prog.module)
     as_calls: set[int] = set()
     while True:  # an op the plan refuses: the aten ops it came from run as ATen calls, and again

@@ -732,3 +732,26 @@ def test_staged_capture_copies_only_what_it_can_and_when_it_pays():
     activations = [torch.zeros(128, 32, 512, device="meta")]  # 8 MiB on a device: 8 us at 1 TB/s and a launch
     assert _worth_staging(activations, host_s=60e-3)  # an LSTM's host loop: 60 ms
     assert not _worth_staging(activations, host_s=50e-6)  # one kernel's launch
+
+
+def test_a_linear_recurrence_written_as_a_scan_step_is_the_associative_scan_kernel(gpu_programs_of_torch_compile):
+    """h = exp(g_t) h + x_t as a `scan` step becomes what its `associative_scan` form is
+    (`tidal-affine-scans`): the exp as an elementwise kernel and ONE `tt.scan` kernel, not the
+    sequential row kernel walking the steps one by one."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    def by_scan(g, x):
+        def step(h, gx):
+            h = gx[0].exp() * h + gx[1]
+            return h, h.clone()
+
+        return scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
+
+    _compile_on_cpu_for_the_gpu(by_scan, [(torch.randn(2, 64, 16), torch.randn(2, 64, 16))])
+    (program,) = gpu_programs_of_torch_compile
+    kernels = program.kernels_for_emit()
+    assert not [k.name for k in kernels if "scan_rows" in k.name], [k.name for k in kernels]
+    assert len([k for k in kernels if "tt.scan" in k.text]) == 1, [k.name for k in kernels]
+    for kernel in kernels:
+        assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))

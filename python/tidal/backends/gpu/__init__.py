@@ -7,6 +7,7 @@ kernels, `ttir.py` writes their text, `triton_compile.py` compiles them (no GPU 
 for a target)."""
 
 import tidal.backends.contractions  # noqa: F401  (registers tidal-hide-contractions / tidal-restore-contractions)
+import tidal.backends.gpu.affine_scans  # noqa: F401  (registers tidal-affine-scans)
 import tidal.backends.gpu.cond_select  # noqa: F401  (registers tidal-cond-to-select)
 import tidal.backends.gpu.pad_as_generic  # noqa: F401  (registers tidal-pad-as-generic)
 import tidal.backends.gpu.sibling_reductions  # noqa: F401  (registers tidal-fuse-sibling-reductions)
@@ -19,3 +20,5 @@ GPU_PREPARE = tidal_pipeline(
     "tidal-restore-contractions, "
     "canonicalize, cse, tidal-fuse-sibling-reductions",
 )
+# torch-level rewrites of the GPU backend, after the shared `tidal` stage
+GPU_TORCH_LEVEL = "tidal-affine-scans"
