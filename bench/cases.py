@@ -1138,7 +1138,8 @@ def linear_recurrence_program(form: str, device: str):
             h = gx[0].exp() * h + gx[1]
             return h, h.clone()
 
-        return scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
+        ys = scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
+        return ys if ys.shape == x.shape else ys.movedim(0, 1)  # torch 2.11 stacks a scan's outputs on dim 0
 
     def loop(g, x):
         h, ys = torch.zeros_like(x[:, 0]), []

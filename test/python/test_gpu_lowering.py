@@ -755,3 +755,35 @@ def test_a_linear_recurrence_written_as_a_scan_step_is_the_associative_scan_kern
     assert len([k for k in kernels if "tt.scan" in k.text]) == 1, [k.name for k in kernels]
     for kernel in kernels:
         assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+
+
+def test_a_scan_reads_its_operands_in_place_where_their_columns_form_two_runs():
+    """`_in_place_layout`: a [B, T, D] operand scanned along T is read where it is (row stride D,
+    runs of D columns B·T·D... apart); blocks of columns inside one run of D are one base plus a
+    range (unit runs), others get each column's offset; broadcast (overlapping) operands, operands
+    of different strides and three runs are copied contiguous first."""
+    import torch
+
+    from tidal.backends.gpu.plan import _in_place_layout
+
+    btd = torch.empty(2, 5, 128).movedim(1, 0)
+    assert _in_place_layout([btd, torch.empty_like(btd)], 64) == (128, 128, 1, 640, True)
+    assert _in_place_layout([torch.empty(2, 5, 96).movedim(1, 0)], 64) == (96, 96, 1, 480, False)
+    assert _in_place_layout([torch.empty(5, 6)], 64) == (6, 6, 1, 6, True)  # contiguous rows: one run
+    assert _in_place_layout([torch.empty(2, 3, 5).movedim(2, 0)], 16) == (1, 6, 5, 6, False)  # the last dim
+    assert _in_place_layout([torch.empty(5, 3)[:, None].expand(5, 2, 3)], 16) is None
+    assert _in_place_layout([btd, btd.contiguous()], 64) is None
+    assert _in_place_layout([torch.empty(2, 5, 3, 4).permute(2, 0, 3, 1)], 16) is None
+
+
+@pytest.mark.parametrize("unit_runs", [True, False])
+def test_scan_kernels_of_either_column_addressing_compile_to_ptx(unit_runs):
+    from tidal.backends.gpu import kernels as K
+
+    program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    for kernel in (K.scan_kernel(op, "rows", 64, 16, unit_runs, live=(False, True)),
+                   K.lookback_scan_kernel(op, "look_back", 512, 16, 32, unit_runs, live=(False, True))):
+        ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
+        assert f".entry {kernel.name}(" in ptx
+        assert [n for n in ("RS", "CI", "IS", "CS") if f"%{n}" in kernel.text or n in kernel.signature] == ["RS", "CI", "IS", "CS"]

@@ -580,18 +580,56 @@ def _combine_scalars(b: KernelBuilder, op, lhs: list[str], rhs: list[str], shape
     raise AssertionError(f"combine of {k} operands without tidal.yield")
 
 
+@dataclass(frozen=True)
+class ScanLayout:
+    """Where element (t, c) of a scan's [T, C] rows is: t·row_stride + (c / inner)·outer_stride +
+    (c % inner)·inner_stride (kernel arguments). The columns are the operand's other dims merged
+    into at most two runs, so a scan along T of a [B, T, D] tensor reads and writes it in place,
+    coalesced along D, where a contiguous [T, B·D] copy would cost two more passes over memory.
+
+    `unit_runs` (a kernel variant): inner_stride is 1 and no program's block of columns crosses a
+    run (or the runs are contiguous, outer_stride = inner), so a block's offsets are one base plus
+    a range: Triton then knows them contiguous (vector accesses, and the look-back tile's layout
+    keeping each thread's rows in its registers). Otherwise every column's offset is computed."""
+
+    row_stride: str
+    inner: str
+    inner_stride: str
+    outer_stride: str
+    unit_runs: bool
+
+    @staticmethod
+    def args(b: KernelBuilder, unit_runs: bool) -> "ScanLayout":
+        return ScanLayout(*(b.scalar_arg(n) for n in ("RS", "CI", "IS", "CS")), unit_runs)
+
+    def column_offsets(self, b: KernelBuilder, first: str, cols: str, block_c: int) -> str:
+        """Offsets of columns `cols` (first + 0 .. block_c - 1)."""
+        c_i32 = tensor_type((block_c,), "i32")
+        if self.unit_runs:
+            base = b.binary("arith.addi", b.binary("arith.muli", b.op(f"arith.divsi {first}, {self.inner} : i32"),
+                                                   self.outer_stride, "i32"),
+                            b.op(f"arith.remsi {first}, {self.inner} : i32"), "i32")
+            return b.binary("arith.addi", b.splat(base, "i32", (block_c,)),
+                            b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+        outer = b.op(f"arith.divsi {cols}, {b.splat(self.inner, 'i32', (block_c,))} : {c_i32}")
+        inner = b.op(f"arith.remsi {cols}, {b.splat(self.inner, 'i32', (block_c,))} : {c_i32}")
+        return b.binary("arith.addi", b.binary("arith.muli", outer, b.splat(self.outer_stride, "i32", (block_c,)), c_i32),
+                        b.binary("arith.muli", inner, b.splat(self.inner_stride, "i32", (block_c,)), c_i32), c_i32)
+
+
 def _scan_order_addresses(b: KernelBuilder, tile: tuple[int, ...], position: str, start: str, end: str, length: str,
-                          width: str, cols_t: str, col_ok: str, reverse: bool) -> tuple[str, str]:
-    """Offsets and mask of a tile of [T, C] rows whose element at `position` (an i32 tile: its
-    place among the tile's rows in scan order) is row start + position of the scan, in range
-    below `end`; `reverse` scans read row T-1 first."""
+                          row_stride: str, col_off_t: str, col_ok: str, reverse: bool) -> tuple[str, str]:
+    """Offsets and mask of a tile of [T, C] rows (`ScanLayout`: row t at t·row_stride, column
+    offsets `col_off_t`) whose element at `position` (an i32 tile: its place among the tile's rows
+    in scan order) is row start + position of the scan, in range below `end`; `reverse` scans read
+    row T-1 first."""
     t_i32 = tensor_type(tile, "i32")
     s = b.binary("arith.addi", b.splat(start, "i32", tile), position, t_i32)
     t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
          if reverse else s)
     in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
     mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile, "i1"))
-    off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(width, "i32", tile), t_i32), cols_t, t_i32)
+    off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(row_stride, "i32", tile), t_i32), col_off_t, t_i32)
     return off, mask
 
 
@@ -602,12 +640,14 @@ class _RowsScan:
     reads rows from the end, so the scan inside a tile runs forward and padding rows come last."""
 
     def __init__(self, b: KernelBuilder, op, elems: list[str], xs: list[str], block_t: int, block_c: int,
-                 cols: str, length: str, width: str, reverse: bool):
+                 cols: str, length: str, width: str, reverse: bool, row_stride: str, col_offsets: str):
         self.b, self.op, self.elems, self.xs = b, op, elems, xs
         self.block_t, self.block_c, self.cols, self.length, self.width, self.reverse = block_t, block_c, cols, length, width, reverse
+        self.row_stride = row_stride
         self.tile = tile = (block_t, block_c)
         t_i32 = tensor_type(tile, "i32")
         self.cols_t = _broadcast_vector(b, cols, "i32", tile, axis=0)
+        self.col_off_t = _broadcast_vector(b, col_offsets, "i32", tile, axis=0)
         rows1 = b.op(f"tt.make_range {{end = {block_t} : i32, start = 0 : i32}} : {tensor_type((block_t,), 'i32')}")
         self.rows_t = _broadcast_vector(b, rows1, "i32", tile, axis=1)
         self.col_ok = b.op(f"arith.cmpi slt, {self.cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
@@ -622,7 +662,7 @@ class _RowsScan:
     def load_scan(self, start: str, end: str) -> tuple[list[str], str, str]:
         """The tile of rows [start, start + block_t) loaded and scanned: (values, offsets, mask)."""
         b, tile = self.b, self.tile
-        off, mask = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.width, self.cols_t,
+        off, mask = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.row_stride, self.col_off_t,
                                           self.col_ok, self.reverse)
         tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, self.elems)]
         return _tt_scan(b, self.op, tiles, self.elems, tile), off, mask
@@ -700,9 +740,9 @@ class _GroupedTile:
     [E1 L1] then [E2 L2] is [(E1 L1 E2) L2], with E absent for a group of its own."""
 
     def __init__(self, b: KernelBuilder, op, elems: list[str], xs: list[str], block_t: int, block_c: int,
-                 cols: str, length: str, width: str, reverse: bool):
+                 cols: str, length: str, width: str, reverse: bool, row_stride: str, col_offsets: str):
         self.b, self.op, self.elems, self.xs = b, op, elems, xs
-        self.length, self.width, self.reverse = length, width, reverse
+        self.length, self.width, self.reverse, self.row_stride = length, width, reverse, row_stride
         run = min(LOOKBACK_RUN, block_t)
         groups = block_t // run
         self.tile = tile = (groups, run, block_c)
@@ -715,6 +755,7 @@ class _GroupedTile:
         g3, j3 = _spread(b, arange(groups), "i32", tile, 0), _spread(b, arange(run), "i32", tile, 1)
         self.position = b.binary("arith.addi", b.binary("arith.muli", g3, b.const(run, "i32", tile), t_i32), j3, t_i32)
         self.cols_t = _spread(b, cols, "i32", tile, 2)
+        self.col_off_t = _spread(b, col_offsets, "i32", tile, 2)
         self.col_ok = b.op(f"arith.cmpi slt, {self.cols_t}, {b.splat(width, 'i32', tile)} : {t_i32}")
         self.last_in_run = b.op(f"arith.cmpi eq, {j3}, {b.const(run - 1, 'i32', tile)} : {t_i32}")
         g2 = _broadcast_vector(b, arange(groups), "i32", self.groups_tile, axis=1)
@@ -726,7 +767,7 @@ class _GroupedTile:
         Returns the tile state `finish` takes and the chunk's total ([C] vectors; a partial last
         chunk's is garbage, read by none)."""
         b, tile, elems, op = self.b, self.tile, self.elems, self.op
-        off, mask = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.width, self.cols_t,
+        off, mask = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.row_stride, self.col_off_t,
                                           self.col_ok, self.reverse)
         loaded = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
         runs = _tt_scan(b, op, loaded, elems, tile, axis=1)
@@ -789,8 +830,9 @@ class _GroupedTile:
                 self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
 
 
-def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, ...] | None = None) -> Kernel:
-    """Inclusive scan along dim 0 of k [T, C] contiguous tensors, one program per block of
+def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = True, *,
+                live: tuple[bool, ...] | None = None) -> Kernel:
+    """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`), one program per block of
     `block_c` columns walking every row in tiles of `block_t` rows (`_RowsScan`): the form for
     scans too short to fill the GPU with chunks (`lookback_scan_kernel` takes the others).
     `live[i]`: scan output i is used (only those get a y pointer and are stored). C is a plain
@@ -798,10 +840,12 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, *, live: tuple[bool, 
     vector loads) the look-back took as long at 16 columns and 13% longer at 64 on the H100."""
     b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
     length, width = b.scalar_arg("T"), b.scalar_arg("C")
+    layout = ScanLayout.args(b, unit_runs)
     c_i32 = tensor_type((block_c,), "i32")
     c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
-    _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse).run(b.const(0, "i32"), length, ys)
+    _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse, layout.row_stride,
+              layout.column_offsets(b, c0, cols, block_c)).run(b.const(0, "i32"), length, ys)
     return b.text()
 
 
@@ -816,9 +860,9 @@ def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None):
     return b, elems, xs, ys, ir.BoolAttr(op.attributes["reverse"]).value
 
 
-def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
+def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int, unit_runs: bool = True,
                          live: tuple[bool, ...] | None = None) -> Kernel:
-    """Inclusive scan along dim 0 of k [T, C] contiguous tensors in ONE pass over the data: a
+    """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`) in ONE pass over the data: a
     decoupled look-back (CUB's single-pass scan) over chunks of one tile of `block_t` rows,
     held in registers from load to store (`_GroupedTile`: each thread scans runs of rows).
 
@@ -889,6 +933,7 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
     flags, counter = b.pointer_arg("flags", "i32"), b.pointer_arg("counter", "i32")
     length, width, col_blocks = b.scalar_arg("T"), b.scalar_arg("C"), b.scalar_arg("CB")
+    layout = ScanLayout.args(b, unit_runs)
     c_i32 = tensor_type((block_c,), "i32")
     zero, one, two, true = b.const(0, "i32"), b.const(1, "i32"), b.const(2, "i32"), b.op("arith.constant true")
     vid = b.op(f"tt.atomic_rmw add, acq_rel, gpu, {counter}, {one}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
@@ -898,7 +943,8 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)),
                     b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
     col_mask = b.op(f"arith.cmpi slt, {cols}, {b.splat(width, 'i32', (block_c,))} : {c_i32}")
-    tile = _GroupedTile(b, op, elems, xs, block_t, block_c, cols, length, width, reverse)
+    tile = _GroupedTile(b, op, elems, xs, block_t, block_c, cols, length, width, reverse, layout.row_stride,
+                        layout.column_offsets(b, c0, cols, block_c))
     begin = b.binary("arith.muli", chunk, b.const(block_t, "i32"), "i32")
     end = b.op(f"arith.minsi {b.binary('arith.addi', begin, b.const(block_t, 'i32'), 'i32')}, {length} : i32")
     tile_state, total = tile.load_scan(begin, end)

@@ -715,44 +715,85 @@ class PlanBuilder:
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
 
-        def make(variant, block_t, block_c):
+        def make(variant, block_t, block_c, unit_runs=True):
+            kernel_name = f"{name}_{variant}" + ("" if unit_runs else "_strided")
             if variant == "lookback":
-                return K.lookback_scan_kernel(op, f"{name}_{variant}", block_t, block_c, _lookback_window(block_c), live=live)
-            return K.scan_kernel(op, f"{name}_{variant}", block_t, block_c, live=live)
+                return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), unit_runs, live=live)
+            return K.scan_kernel(op, kernel_name, block_t, block_c, unit_runs, live=live)
 
         variants = _Variants(self, op, make)
 
-        def launch(variant: str, block_t: int, block_c: int, grid, *args):
-            _launch(variants.compiled((variant, block_t, block_c)), grid, args, op)
+        def launch(key, grid, *args):
+            _launch(variants.compiled(key), grid, args, op)
 
         # build a kernel now, so Triton verifies it before any call and --emit shows it
         shape = [_static_or_typical(s) for s in _tensor_type(xs_values[0]).shape]
         sizes = [max(1, _tensor_type(v).element_type.maybe_downcast().width // 8) for v in xs_values]
-        variants.kernel(_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key)
+        variants.kernel((*_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key, True))
 
         def step(env):
             xs = [env[v].movedim(dim, 0) for v in xs_values]
             length = xs[0].shape[0]
-            rows = [x.reshape(length, -1).contiguous() for x in xs]
-            width = rows[0].shape[1]
-            outs = [torch.empty_like(r) if used else None for r, used in zip(rows, live)]
+            width = _prod(xs[0].shape[1:])
+            plan = _ScanPlan(length, width, [x.element_size() for x in xs]) if length > 0 and width > 0 else None
+            layout = _in_place_layout(xs, plan.block_c if plan else 1)
+            if layout is None:  # read (and written) as contiguous [T, C] copies
+                xs = [x.contiguous() for x in xs]
+                layout = (width, max(width, 1), 1, max(width, 1), True)
+            *layout, unit_runs = layout
+            outs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device) if used else None
+                    for x, used in zip(xs, live)]
             stored = [o for o in outs if o is not None]
-            if length > 0 and width > 0:
-                plan = _ScanPlan(length, width, [r.element_size() for r in rows])
+            if plan is not None:
                 col_blocks = plan.col_blocks
+                key = (*plan.key, unit_runs)
                 if plan.form == "scan":
-                    launch(*plan.key, (col_blocks, 1, 1), *rows, *stored, length, width)
+                    launch(key, (col_blocks, 1, 1), *xs, *stored, length, width, *layout)
                 else:
                     pieces = _cdiv(length, plan.block_t)
-                    state = torch.zeros(1 + pieces * col_blocks, dtype=torch.int32, device=rows[0].device)  # flags, counter
-                    aggs = [torch.empty(pieces, width, dtype=r.dtype, device=r.device) for r in rows]
+                    state = torch.zeros(1 + pieces * col_blocks, dtype=torch.int32, device=xs[0].device)  # flags, counter
+                    aggs = [torch.empty(pieces, width, dtype=x.dtype, device=x.device) for x in xs]
                     incs = [torch.empty_like(a) for a in aggs]
-                    launch(*plan.key, (pieces * col_blocks, 1, 1), *rows, *stored, *aggs, *incs, state[1:], state[:1],
-                           length, width, col_blocks)
-            for r, o, x in zip(results, outs, xs):
-                env[r] = o.reshape(x.shape).movedim(0, dim) if o is not None else None
+                    launch(key, (pieces * col_blocks, 1, 1), *xs, *stored, *aggs, *incs, state[1:], state[:1],
+                           length, width, col_blocks, *layout)
+            for r, o in zip(results, outs):
+                env[r] = o.movedim(0, dim) if o is not None else None
 
         return step
+
+
+def _in_place_layout(xs: list, block_c: int) -> tuple[int, int, int, int, bool] | None:
+    """(row stride, inner size, inner stride, outer stride, unit runs) of `kernels.ScanLayout`
+    when the scan can read every operand [T, ...] where it is (and write its outputs alike): all
+    of one shape and strides, dense and non-overlapping, with the dims after T merging into at most
+    two runs. Unit runs: the inner run is contiguous and the programs' blocks of `block_c`
+    columns never cross from one run into the next."""
+    shape, strides = xs[0].shape, xs[0].stride()
+    if any(x.shape != shape or x.stride() != strides for x in xs):
+        return None
+    expected = 1
+    for size, stride in sorted(((sz, st) for sz, st in zip(shape, strides) if sz > 1), key=lambda d: d[1]):
+        if stride != expected:
+            return None
+        expected *= size
+    runs: list[list[int]] = []  # [size, stride] of the column dims, adjacent ones merged where they can
+    for size, stride in zip(shape[1:], strides[1:]):
+        if size == 1:
+            continue
+        if runs and runs[-1][1] == stride * size:
+            runs[-1] = [runs[-1][0] * size, stride]
+        else:
+            runs.append([size, stride])
+    if len(runs) > 2:
+        return None
+    row_stride = strides[0] if shape[0] > 1 else 0
+    if not runs:
+        return row_stride, 1, 1, 1, True
+    if len(runs) == 1:
+        (size, stride), = runs
+        return row_stride, size, stride, size, stride == 1
+    (_, outer_stride), (inner, inner_stride) = runs
+    return row_stride, inner, inner_stride, outer_stride, inner_stride == 1 and inner % block_c == 0
 
 
 def _static_or_typical(size: int) -> int:
