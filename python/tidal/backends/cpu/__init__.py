@@ -26,6 +26,7 @@ import tidal.backends.cpu.sliced_inputs  # noqa: F401  (registers tidal-accumula
 import tidal.backends.cpu.soft_bf16  # noqa: F401  (registers tidal-soft-bf16)
 import tidal.backends.cpu.split_functions  # noqa: F401  (registers tidal-split-large-functions)
 import tidal.backends.cpu.stack_slots  # noqa: F401  (registers tidal-hoist-stack-slots)
+import tidal.backends.cpu.step_slices  # noqa: F401  (registers tidal-fuse-into-step-slices)
 import tidal.backends.cpu.threads  # noqa: F401  (registers tidal-forall-to-threads, tidal-parallelism-to-threads)
 import tidal.backends.cpu.transpose_tiles  # noqa: F401  (registers tidal-transposes-to-generics, tidal-tile-elementwise)
 import tidal.backends.cpu.vector_width  # noqa: F401  (registers tidal-prefer-wide-vectors)
@@ -56,7 +57,7 @@ BUFFERIZE = (
 LINALG_TO_LLVM = tidal_pipeline(
     "tidal-linalg-to-llvm",
     "linalg-level tidal IR → LLVM dialect (tidal→scf, fusion, bufferization, loops, LLVM)",
-    "tidal-fold-scan-transposes, tidal-lower-to-scf, tidal-parallelism-to-threads, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
+    "tidal-fold-scan-transposes, tidal-lower-to-scf, tidal-fuse-into-step-slices, tidal-parallelism-to-threads, tidal-aten-calls-to-runtime, tidal-scalarize-0d, canonicalize, tidal-fold-into-matmul, tidal-transposes-to-generics, tidal-hide-contractions, "
     "func.func(linalg-fuse-elementwise-ops), tidal-restore-contractions, "
     "canonicalize, cse, tidal-fold-into-matmul, canonicalize, "
     "tidal-fast-math, tidal-reassociate-reductions, tidal-vectorize, tidal-tile-elementwise, func.func(loop-invariant-code-motion), tidal-concat-in-place, canonicalize, "
