@@ -9,7 +9,7 @@ Child side: `child_main` builds the unit's programs (bench/cases.py) and `measur
 of timed repeats. Every record is a dict with a "status":
 
   ok               time_s (median), times_s, repeats, first_call_s, compile_s (first - median,
-                   compiled backends only), max_abs_err against eager, on cuda back_to_back_s
+                   compiled backends only), max_abs_err against the reference where one is given, on cuda back_to_back_s
                    (per call, calls queued without synchronizing), plus case metrics
   failed           error_type, error (first line), cause (innermost exception), phase
   fallback         tidal ran the graph in eager (TidalFallbackWarning): reason; no time reported
@@ -316,8 +316,9 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
         fallbacks = _fallback_messages(caught)
         if fallbacks:
             return {"status": "fallback", "reason": fallbacks[0], "first_call_s": first}
-        # ---- correctness against eager
-        if reference is not None and backend != "eager":
+        # ---- correctness against eager (an eager column given a reference is another program:
+        # a torch.nn module against the Python loop, a peer's kernel)
+        if reference is not None:
             try:
                 ref = reference() if callable(reference) else reference
                 rec["max_abs_err"] = _max_abs_err(out, ref)
