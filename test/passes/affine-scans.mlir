@@ -40,8 +40,8 @@ func.func @gated(%g: !torch.vtensor<[8,2,16],f32>, %x: !torch.vtensor<[8,2,16],f
 // CHECK:       %[[PH:.+]] = torch.aten.mul.Tensor %[[S]]#0, %arg0 : !torch.vtensor<[7,2,16],f32>, !torch.vtensor<[2,16],f32>
 // CHECK:       %[[ST:.+]] = torch.aten.add.Tensor %[[PH]], %[[S]]#1
 // CHECK:       %[[L0:.+]] = torch.aten.unsqueeze %arg0
-// CHECK:       %[[LATER:.+]] = torch.aten.slice.Tensor %[[ST]], {{.*}} -> !torch.vtensor<[6,2,16],f32>
-// CHECK:       %[[BEFORE:.+]] = torch.aten.cat {{.*}} -> !torch.vtensor<[7,2,16],f32>
+// CHECK:       %[[PADDED:.+]] = torch.aten.cat {{.*}} -> !torch.vtensor<[8,2,16],f32>
+// CHECK:       %[[BEFORE:.+]] = torch.aten.slice.Tensor %[[PADDED]], {{.*}} -> !torch.vtensor<[7,2,16],f32>
 // CHECK:       %[[DH:.+]] = torch.aten.add.Tensor %[[BEFORE]], %arg3
 // CHECK:       %[[FIRST:.+]] = torch.aten.slice.Tensor %[[ST]], {{.*}} -> !torch.vtensor<[1,2,16],f32>
 // CHECK:       %[[FINAL:.+]] = torch.aten.squeeze.dim %[[FIRST]]
@@ -60,12 +60,11 @@ func.func @adjoint(%lam0: !torch.vtensor<[2,16],f32>, %h: !torch.vtensor<[7,2,16
   return %r#0, %r#1, %r#2 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[7,2,16],f32>, !torch.vtensor<[7,2,16],f32>
 }
 
-// Not affine (tanh of h), a constant decay (no per-step pair to scan), a dynamic number of steps
-// (the zero-step case): each keeps its loop.
+// Not affine (tanh of h) and a constant decay (no per-step pair to scan): each keeps its loop.
 // CHECK-LABEL: func.func @kept
-// CHECK-COUNT-3: "tidal.scan"
+// CHECK-COUNT-2: "tidal.scan"
 // CHECK-NOT:   tidal.associative_scan
-func.func @kept(%h0: !torch.vtensor<[2,16],f32>, %x: !torch.vtensor<[8,2,16],f32>, %decay: !torch.vtensor<[16],f32>, %xd: !torch.vtensor<[?,2,16],f32>) -> (!torch.vtensor<[8,2,16],f32>, !torch.vtensor<[8,2,16],f32>, !torch.vtensor<[?,2,16],f32>) {
+func.func @kept(%h0: !torch.vtensor<[2,16],f32>, %x: !torch.vtensor<[8,2,16],f32>, %decay: !torch.vtensor<[16],f32>) -> (!torch.vtensor<[8,2,16],f32>, !torch.vtensor<[8,2,16],f32>) {
   %a:2 = "tidal.scan"(%h0, %x) ({
   ^bb0(%h: !torch.vtensor<[2,16],f32>, %xt: !torch.vtensor<[2,16],f32>):
     %int1 = torch.constant.int 1
@@ -80,12 +79,28 @@ func.func @kept(%h0: !torch.vtensor<[2,16],f32>, %x: !torch.vtensor<[8,2,16],f32
     %n = torch.aten.add.Tensor %m, %xt, %int1 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>, !torch.int -> !torch.vtensor<[2,16],f32>
     "tidal.yield"(%n, %n) : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>) -> ()
   }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 1 : i64, reverse = false} : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[8,2,16],f32>, !torch.vtensor<[16],f32>) -> (!torch.vtensor<[2,16],f32>, !torch.vtensor<[8,2,16],f32>)
-  %c:2 = "tidal.scan"(%h0, %xd, %xd) ({
+  return %a#1, %b#1 : !torch.vtensor<[8,2,16],f32>, !torch.vtensor<[8,2,16],f32>
+}
+
+// A dynamic number of steps (maybe none): the final carry is the last row of h0 and the states
+// (h0 itself when there is no step).
+// CHECK-LABEL: func.func @dynamic_length
+// CHECK-NOT:   tidal.scan
+// CHECK:       %[[S:.+]]:2 = "tidal.associative_scan"(%arg1, %arg2)
+// CHECK:       %[[PH:.+]] = torch.aten.mul.Tensor %[[S]]#0, %arg0
+// CHECK:       %[[ST:.+]] = torch.aten.add.Tensor %[[PH]], %[[S]]#1
+// CHECK:       %[[H0:.+]] = torch.aten.unsqueeze %arg0
+// CHECK:       %[[PADDED:.+]] = torch.aten.cat {{.*}} -> !torch.vtensor<[?,2,16],f32>
+// CHECK:       %[[LAST:.+]] = torch.aten.slice.Tensor %[[PADDED]], {{.*}} -> !torch.vtensor<[1,2,16],f32>
+// CHECK:       %[[FINAL:.+]] = torch.aten.squeeze.dim %[[LAST]]
+// CHECK:       return %[[FINAL]], %[[ST]]
+func.func @dynamic_length(%h0: !torch.vtensor<[2,16],f32>, %g: !torch.vtensor<[?,2,16],f32>, %x: !torch.vtensor<[?,2,16],f32>) -> (!torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>) {
+  %r:2 = "tidal.scan"(%h0, %g, %x) ({
   ^bb0(%h: !torch.vtensor<[2,16],f32>, %gt: !torch.vtensor<[2,16],f32>, %xt: !torch.vtensor<[2,16],f32>):
     %int1 = torch.constant.int 1
     %m = torch.aten.mul.Tensor %gt, %h : !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32> -> !torch.vtensor<[2,16],f32>
     %n = torch.aten.add.Tensor %m, %xt, %int1 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>, !torch.int -> !torch.vtensor<[2,16],f32>
     "tidal.yield"(%n, %n) : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>) -> ()
   }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 2 : i64, reverse = false} : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>, !torch.vtensor<[?,2,16],f32>) -> (!torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>)
-  return %a#1, %b#1, %c#1 : !torch.vtensor<[8,2,16],f32>, !torch.vtensor<[8,2,16],f32>, !torch.vtensor<[?,2,16],f32>
+  return %r#0, %r#1 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>
 }

@@ -173,3 +173,28 @@ def test_a_scan_that_is_not_an_affine_recurrence_keeps_its_loop(rewrites, progra
     out = torch.compile(program, backend="tidal", fullgraph=True, options={"fallback": "error"})(x, h0, *extra)
     torch.testing.assert_close(out, program(x, h0, *extra))
     assert rewrites and not any(rewrites), rewrites
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["length_changes", "all_dynamic"])
+def test_a_dynamic_number_of_steps_is_rewritten_too(rewrites, dynamic):
+    """Dynamo's graphs with symbolic sizes (the sequence length once it changes; every size with
+    dynamic=True) keep the rewrite; the final carry comes from h0 and the states, right for any
+    length."""
+    def program(g, x, h0):
+        h, ys = _gated(g, x, h0)
+        return h, ys
+
+    compiled = torch.compile(program, backend="tidal", options={"fallback": "error"}, dynamic=dynamic)
+    for steps in (7, 3, 10):
+        g, x, h0 = _gate(20 + steps)[:, :steps], _randn(40 + steps, B, steps, D), _randn(60 + steps, B, D)
+        args = [t.clone().requires_grad_() for t in (g, x, h0)]
+        ref_args = [t.clone().requires_grad_() for t in (g, x, h0)]
+        out, ref = compiled(*args), _gated_loop(*ref_args)
+        torch.testing.assert_close(out, ref)
+        cots = _cotangents(ref)
+        torch.autograd.backward(list(out), cots)
+        torch.autograd.backward(list(ref), cots)
+        for a, r in zip(args, ref_args):
+            torch.testing.assert_close(a.grad, r.grad)
+    # forward and adjoint of each graph: a static one, then one of dynamic length; or one dynamic
+    assert len(rewrites) == (4 if dynamic is None else 2) and all(rewrites), rewrites

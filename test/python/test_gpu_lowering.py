@@ -748,13 +748,16 @@ def test_a_linear_recurrence_written_as_a_scan_step_is_the_associative_scan_kern
 
         return scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
 
-    _compile_on_cpu_for_the_gpu(by_scan, [(torch.randn(2, 64, 16), torch.randn(2, 64, 16))])
-    (program,) = gpu_programs_of_torch_compile
-    kernels = program.kernels_for_emit()
-    assert not [k.name for k in kernels if "scan_rows" in k.name], [k.name for k in kernels]
-    assert len([k for k in kernels if "tt.scan" in k.text]) == 1, [k.name for k in kernels]
-    for kernel in kernels:
-        assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+    # a second length: Dynamo's graph of dynamic length takes the same form
+    _compile_on_cpu_for_the_gpu(by_scan, [(torch.randn(2, 64, 16), torch.randn(2, 64, 16)),
+                                          (torch.randn(2, 40, 16), torch.randn(2, 40, 16))])
+    assert len(gpu_programs_of_torch_compile) == 2
+    for program in gpu_programs_of_torch_compile:
+        kernels = program.kernels_for_emit()
+        assert not [k.name for k in kernels if "scan_rows" in k.name], [k.name for k in kernels]
+        assert len([k for k in kernels if "tt.scan" in k.text]) == 1, [k.name for k in kernels]
+        for kernel in kernels:
+            assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
 
 
 def test_a_scan_reads_its_operands_in_place_where_their_columns_form_two_runs():

@@ -14,9 +14,11 @@ elementwise kernels around the scan.
 Matched: one tensor carry h whose new value is affine in h through add/sub (alpha 1), mul and div
 by values that do not depend on h, neg and clone, with a_t and b_t depending on the xs (a
 constant decay or a plain sum keeps the loop); every op of the step that is lifted is an
-elementwise op from `LIFTABLE`; scanned dim 0 (where the importer puts it), a static number of
-steps of at least one. Per-step outputs may read h (the carry before the step: the scanned states
-shifted by one, with h0) and h' (the scanned states). h0 = 0 skips the products' term P_t * h0.
+elementwise op from `LIFTABLE`; scanned dim 0 (where the importer puts it). Sizes may be dynamic
+(Dynamo's graph once the sequence length changes; with no step at all, the final carry is h0 as
+the loop's). Per-step outputs may read h (the carry
+before the step: the scanned states shifted by one, after h0) and h' (the scanned states). h0 = 0
+skips the products' term P_t * h0.
 
 The CPU keeps the loop: its sequential scan is already one vectorized pass over the sequence and
 faster than its associative form (bench `linear_recurrence`).
@@ -106,6 +108,7 @@ class _Lifter:
         self.new_carry = list(self.block.operations)[-1].operands[0]
         self.states = None  # the carry after each step, once scanned
         self._states_before = None
+        self._padded = None
         self._reads_h: dict = {}
 
     # -- building ---------------------------------------------------------------------------
@@ -127,11 +130,14 @@ class _Lifter:
         return out
 
     def slice(self, value, start, end):
-        """value[start:end] along dim 0 (static sizes; `end` may be _INT_MAX, either may be negative)."""
+        """value[start:end] along dim 0 (`end` may be _INT_MAX, either may be negative)."""
         shape, dtype = _tensor_type(value.type)
-        lo, hi = (min(i + shape[0] if i < 0 else i, shape[0]) for i in (start, end))
+        size = 1 if (start, end) in ((-1, _INT_MAX), (0, 1)) else None  # one row of a source that has one
+        if shape[0] is not None:
+            lo, hi = (max(0, min(i + shape[0] if i < 0 else i, shape[0])) for i in (start, end))
+            size = max(0, hi - lo)
         return self.op("torch.aten.slice.Tensor", [value, self.int(0), self.int(start), self.int(end), self.int(1)],
-                       _vtensor([hi - lo, *shape[1:]], dtype))
+                       _vtensor([size, *shape[1:]], dtype))
 
     def squeeze0(self, value):
         shape, dtype = _tensor_type(value.type)
@@ -144,21 +150,35 @@ class _Lifter:
     def cat0(self, parts):
         shapes = [_tensor_type(p.type)[0] for p in parts]
         items = self.op("torch.prim.ListConstruct", parts, ir.Type.parse("!torch.list<vtensor>"))
-        out = self.op("torch.aten.cat", [items, self.int(0)],
-                      _vtensor([sum(s[0] for s in shapes), *shapes[0][1:]], _tensor_type(parts[0].type)[1]))
+        rows = None if any(s[0] is None for s in shapes) else sum(s[0] for s in shapes)
+        out = self.op("torch.aten.cat", [items, self.int(0)], _vtensor([rows, *shapes[0][1:]], _tensor_type(parts[0].type)[1]))
         self.stacked.add(out)
         return out
 
     # -- lifting ----------------------------------------------------------------------------
+    def padded(self):
+        """h0 and the scanned states in scan order (T + 1 rows, h0 first): row t of it is the
+        carry before step t, its last row the final carry, h0 itself when there is no step."""
+        if self._padded is None:
+            h0 = self.unsqueeze0(self.operands[0])
+            self._padded = self.cat0([self.states, h0] if self.reverse else [h0, self.states])
+        return self._padded
+
     def states_before(self):
         """The carry before each step: h0 where the scan starts, the scanned states shifted by one."""
         if self._states_before is None:
-            h0 = self.unsqueeze0(self.operands[0])
-            if self.reverse:
-                self._states_before = self.cat0([self.slice(self.states, 1, _INT_MAX), h0])
-            else:
-                self._states_before = self.cat0([h0, self.slice(self.states, 0, -1)])
+            padded = self.padded()
+            self._states_before = self.slice(padded, 1, _INT_MAX) if self.reverse else self.slice(padded, 0, -1)
+            self.stacked.add(self._states_before)
         return self._states_before
+
+    def final_carry(self):
+        if self.length is None:  # maybe no step at all: the padded states' end, h0 then
+            padded = self.padded()
+            last = self.slice(padded, 0, 1) if self.reverse else self.slice(padded, -1, _INT_MAX)
+        else:
+            last = self.slice(self.states, 0, 1) if self.reverse else self.slice(self.states, -1, _INT_MAX)
+        return self.squeeze0(last)
 
     def lift(self, value):
         if value in self.lifted:
@@ -273,11 +293,12 @@ def _eligible(scan) -> bool:
     attr = lambda n: ir.IntegerAttr(scan.attributes[n]).value  # noqa: E731
     if attr("num_carries") != 1 or attr("num_xs") < 1 or attr("dim") != 0 or len(scan.regions[0].blocks) != 1:
         return False
-    types = [_tensor_type(v.type) for v in [*scan.operands, *scan.results]]
-    if any(t is None or any(d is None for d in t[0]) for t in types):
-        return False  # dynamic sizes: the zero-step case would need the loop's semantics
-    carry, steps, first_result = types[0], types[1][0][0], types[len(list(scan.operands))]
-    return steps >= 1 and carry == first_result and carry[1] in ("f32", "f64", "f16", "bf16")
+    operands, results = list(scan.operands), list(scan.results)
+    types = [_tensor_type(v.type) for v in [*operands, *results]]
+    if any(t is None for t in types):
+        return False
+    carry, first_result = types[0], types[len(operands)]
+    return carry == first_result and carry[1] in ("f32", "f64", "f16", "bf16")
 
 
 def _rewrite(scan) -> bool:
@@ -305,8 +326,7 @@ def _rewrite(scan) -> bool:
                 raise _NotAffine
             final = None
             if list(results[0].uses):
-                last = lifter.slice(states, 0, 1) if lifter.reverse else lifter.slice(states, -1, _INT_MAX)
-                final = lifter.squeeze0(last)
+                final = lifter.final_carry()
                 if final.type != results[0].type:
                     raise _NotAffine
         except _NotAffine:
