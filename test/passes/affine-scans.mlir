@@ -104,3 +104,20 @@ func.func @dynamic_length(%h0: !torch.vtensor<[2,16],f32>, %g: !torch.vtensor<[?
   }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 2 : i64, reverse = false} : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>, !torch.vtensor<[?,2,16],f32>) -> (!torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>)
   return %r#0, %r#1 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[?,2,16],f32>
 }
+
+// A per-step factor of lower rank than the carry ([16] against [2, 16]) would, stacked ([T, 16]),
+// line its steps up with the carry's rows (T = 2 = B here): kept, not rewritten into a wrong sum.
+// CHECK-LABEL: func.func @misaligned
+// CHECK:       "tidal.scan"
+// CHECK-NOT:   tidal.associative_scan
+func.func @misaligned(%h0: !torch.vtensor<[2,16],f32>, %u: !torch.vtensor<[2,2,16],f32>, %a: !torch.vtensor<[2,16],f32>, %x: !torch.vtensor<[2,2,16],f32>) -> !torch.vtensor<[2,2,16],f32> {
+  %r:2 = "tidal.scan"(%h0, %u, %a, %x) ({
+  ^bb0(%h: !torch.vtensor<[2,16],f32>, %ut: !torch.vtensor<[2,16],f32>, %at: !torch.vtensor<[16],f32>, %xt: !torch.vtensor<[2,16],f32>):
+    %int1 = torch.constant.int 1
+    %m = torch.aten.mul.Tensor %h, %ut : !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32> -> !torch.vtensor<[2,16],f32>
+    %k = torch.aten.mul.Tensor %m, %at : !torch.vtensor<[2,16],f32>, !torch.vtensor<[16],f32> -> !torch.vtensor<[2,16],f32>
+    %n = torch.aten.add.Tensor %k, %xt, %int1 : !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>, !torch.int -> !torch.vtensor<[2,16],f32>
+    "tidal.yield"(%n, %n) : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[2,16],f32>) -> ()
+  }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 3 : i64, reverse = false} : (!torch.vtensor<[2,16],f32>, !torch.vtensor<[2,2,16],f32>, !torch.vtensor<[2,16],f32>, !torch.vtensor<[2,2,16],f32>) -> (!torch.vtensor<[2,16],f32>, !torch.vtensor<[2,2,16],f32>)
+  return %r#1 : !torch.vtensor<[2,2,16],f32>
+}

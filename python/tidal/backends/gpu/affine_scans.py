@@ -121,7 +121,18 @@ class _Lifter:
     def int(self, v):
         return self.op("torch.constant.int", [], ir.Type.parse("!torch.int"), {"value": i64_attr(v)})
 
+    def _aligned(self, operands, rank: int) -> bool:
+        """Whether an elementwise op of result rank `rank` (per step) reads a stacked operand; then
+        each stacked operand must have the step's full rank (its steps along the new dim 0) and
+        each other one at most that rank, so that broadcasting lines their dims up as in the step."""
+        tensors = [(v, len(_tensor_type(v.type)[0])) for v in operands if _tensor_type(v.type) is not None]
+        stacked = any(v in self.stacked for v, _ in tensors)
+        if stacked and any((r != rank + 1) if v in self.stacked else (r > rank) for v, r in tensors):
+            raise _NotAffine
+        return stacked
+
     def binary(self, name, a, b):
+        self._aligned([a, b], max(len(_tensor_type(v.type)[0]) - (v in self.stacked) for v in (a, b)))
         shape = _broadcast([_tensor_type(a.type)[0], _tensor_type(b.type)[0]])
         operands = [a, b, self.int(1)] if name in ("torch.aten.add.Tensor", "torch.aten.sub.Tensor") else [a, b]
         out = self.op(name, operands, _vtensor(shape, _tensor_type(a.type)[1]))
@@ -196,13 +207,13 @@ class _Lifter:
             out = self.op(op.name, [], value.type, _attributes(op))
         elif op.name in LIFTABLE:
             operands = [self.lift(v) for v in op.operands]
-            tensors = [v for v in operands if _tensor_type(v.type) is not None]
             result = _tensor_type(value.type)
-            if result is None or not tensors:
+            if result is None:
                 raise _NotAffine
-            out = self.op(op.name, operands, _vtensor(_broadcast([_tensor_type(v.type)[0] for v in tensors]), result[1]),
+            stacked = self._aligned(operands, len(result[0]))
+            out = self.op(op.name, operands, _vtensor([self.length, *result[0]] if stacked else result[0], result[1]),
                           _attributes(op))
-            if any(v in self.stacked for v in operands):
+            if stacked:
                 self.stacked.add(out)
         else:
             raise _NotAffine
