@@ -742,12 +742,10 @@ def test_linear_recurrence_written_as_a_scan_step_trains_on_cuda():
         ys = scan(step, torch.zeros_like(x[:, 0]), (g, x), dim=1)[1]
         return ys if ys.shape == x.shape else ys.movedim(0, 1)  # torch 2.11 stacks on dim 0
 
+    from test_affine_scans import _gated_loop
+
     def loop(g, x):
-        h, ys = torch.zeros_like(x[:, 0]), []
-        for t in range(x.shape[1]):
-            h = g[:, t].exp() * h + x[:, t]
-            ys.append(h)
-        return torch.stack(ys, 1)
+        return _gated_loop(g, x)[1]
 
     gen = torch.Generator().manual_seed(6)
     g = torch.nn.functional.logsigmoid(torch.randn(4, 200, 64, generator=gen) + 2).cuda()
