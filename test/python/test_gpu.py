@@ -560,6 +560,75 @@ def test_replays_hand_out_the_graph_outputs_without_overwriting_held_ones():
         assert all(c.replayable() for c in captures)
 
 
+def test_replays_hand_out_views_of_one_buffer_without_copying():
+    """Results that view one plan buffer (a scan's [T, B, D] results and their [B, T, D]
+    transpose, both returned for autograd) are the graph's own memory together: a replay hands
+    both out with no copy, and while either is held the next call takes a second capture."""
+
+    def both_ways(x):
+        y = torch.tanh(x * 2.0)
+        return y, y.transpose(0, 1)
+
+    program = _gpu_program(both_ways, (torch.randn(8, 16, 32),))
+    x = torch.randn(8, 16, 32, device="cuda")
+    with torch.no_grad():
+        program(x)
+        program(x)  # captured
+        (capture,) = next(iter(program._graphs.values()))
+        assert capture.owned == [True, True]
+        x.mul_(-0.5)
+        y, yt = program(x)
+        assert y.untyped_storage().data_ptr() == yt.untyped_storage().data_ptr() == capture.outs[0].untyped_storage().data_ptr()
+        torch.testing.assert_close(y, torch.tanh(x * 2.0))
+        torch.testing.assert_close(yt, torch.tanh(x * 2.0).transpose(0, 1))
+        del y
+        x.mul_(3.0)
+        again = program(x)  # `yt` holds the buffer: not a replay of the first capture
+        torch.testing.assert_close(yt, torch.tanh(x / 3.0 * 2.0).transpose(0, 1))  # unchanged
+        torch.testing.assert_close(again[0], torch.tanh(x * 2.0))
+        assert again[0].untyped_storage().data_ptr() != yt.untyped_storage().data_ptr()
+
+
+def test_buffers_met_twice_by_chance_stop_the_captures(monkeypatch):
+    """A program whose input buffers come back once and never again (the caching allocator
+    handing a freed activation's address to the next call) stops capturing after two captures
+    that never replayed: 40 buffers called twice each make a handful of captures, not 40, and
+    every result is right."""
+    import tidal.backends.gpu.program as gpu_program
+
+    monkeypatch.setattr(gpu_program, "STAGING_SHARE", 0.0)  # no staged capture serving them instead
+    program = _gpu_program(_cond_clamp, (torch.randn(64, 64),))
+    held = []
+    with torch.no_grad():
+        for i in range(40):
+            x = torch.randn(64, 64, device="cuda")
+            held.append(x)  # a new address every time
+            for _ in range(2):
+                torch.testing.assert_close(program(x)[0], _cond_clamp(x))
+    assert 3 <= len(program._keyed) <= gpu_program.WASTED_CAPTURES + gpu_program.GRAPHS_PER_PROGRAM, len(program._keyed)
+    assert not program._keyed_captures_pay()
+
+
+def test_elementwise_results_follow_transposed_inputs_and_cat_its_largest_part():
+    """An elementwise kernel over [T, B, D] views of [B, T, D] buffers writes its result in that
+    dim order (the layout eager's TensorIterator gives it: read and written flat), and a concat
+    of such a view keeps its order; the values are eager's."""
+
+    def shifted_gate(x, g):
+        xt, gt = x.transpose(0, 1), g.transpose(0, 1)
+        a = torch.exp(gt) * xt
+        return a, torch.cat([gt[1:], torch.zeros_like(gt[:1])], 0)  # an adjoint's shifted gate
+
+    x, g = torch.randn(4, 96, 64), torch.randn(4, 96, 64) * 0.1
+    program = _gpu_program(shifted_gate, (x, g))
+    x, g = x.cuda(), g.cuda()
+    with torch.no_grad():
+        got, want = program(x, g), shifted_gate(x, g)
+    torch.testing.assert_close(list(got), list(want))
+    assert got[0].stride() == want[0].stride() == x.transpose(0, 1).stride()
+    assert got[1].stride() == x.transpose(0, 1).stride()
+
+
 def test_tanh_equals_eager_everywhere_on_cuda():
     """tidal's f32 tanh is libdevice's tanhf without its per-element branch (ttir._tanh_f32):
     the same values as eager's, bit for bit, across both paths, their boundary, tiny and huge

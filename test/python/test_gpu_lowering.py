@@ -516,7 +516,8 @@ def test_broadcast_operands_keep_the_strided_kernel():
 
 def test_the_flat_variant_needs_contiguous_aligned_operands():
     """The launch-time choice of the variant (`_layout`): a transposed or a misaligned operand
-    gets the strided kernel, a numel not a multiple of 16 the flat one without the promise."""
+    gets the strided kernel, a numel not a multiple of 16 the flat one without the promise; an
+    elementwise kernel whose operands share one dense layout is flat whatever its dim order."""
     import torch
 
     from tidal.backends.gpu.variants import _layout
@@ -527,6 +528,12 @@ def test_the_flat_variant_needs_contiguous_aligned_operands():
     assert _layout([True], [torch.empty(2049)[1:]], 2048) == (False, False)
     assert _layout([False], [torch.empty(2049)[1:]], 2048) == (True, True)  # one element: a scalar load
     assert _layout(None, [torch.empty(64, 32)], 2048) == (False, False)
+    # an elementwise kernel: operands all transposed alike are read flat too; a mix is not
+    t = torch.empty(4, 64, 32).transpose(0, 1)
+    assert _layout([True, True], [t, torch.empty(4, 64, 32).transpose(0, 1)], 8192, any_dense_order=True) == (True, True)
+    assert _layout([True, True], [t, torch.empty(64, 4, 32)], 8192, any_dense_order=True) == (False, False)
+    assert _layout([True], [t[1:]], 7936, any_dense_order=True) == (False, False)  # gaps between its rows
+    assert _layout([True], [t], 8192) == (False, False)
 
 
 def test_a_scan_whose_weights_do_not_fit_on_chip_runs_as_the_host_loop():

@@ -15,24 +15,30 @@ from tidal.diagnostics import TidalError
 
 
 class _Capture:
-    """A CUDA graph of the plan and its results, which every replay rewrites in place. A result
-    nothing else holds (not an input, a constant, another result, nor a view of one) is handed
-    out as an alias, not a copy (a copy of a 64 MiB result costs as much as the kernel making
-    it); the graph replays only when no alias handed out is alive (its memory held by the result
-    alone again). Other results are handed out as copies. A result that views a buffer of the
-    plan nothing else holds (a reshape of a kernel's output) owns that memory itself."""
+    """A CUDA graph of the plan and its results, which every replay rewrites in place. Results
+    whose memory nothing else holds (not an input, a constant, nor a tensor of the plan other
+    than these results) are handed out as aliases, not copies (a copy of a 64 MiB result costs as
+    much as the kernel making it): a lone result, a view of a plan buffer (a reshape of a kernel's
+    output, which then owns that memory itself), or several views of one buffer (a scan's
+    results [T, B, D] and their transpose [B, T, D], both returned for autograd). The graph
+    replays only when no alias handed out is alive (the memory held by the results alone
+    again). Other results are handed out as copies. `replays` counts the replays (a capture
+    that never replays cost its capture for nothing: `GpuProgram` stops making them)."""
 
-    def __init__(self, graph, outs: list, inputs: list):
+    def __init__(self, graph, outs: list, inputs: list, made_at: int = 0):
         outs[:] = [_unviewed(o) for o in outs]  # in place: the views go with the only list holding them
         self.graph, self.outs = graph, outs
         self.inputs = inputs  # the GPU tensors made of host values are read by every replay
-        self.owned = [_held_by_result_alone(outs, i) for i in range(len(outs))]
+        self.owned = _held_by_results_alone(outs)
+        self.replays, self.made_at = 0, made_at
 
     def replayable(self) -> bool:
-        return all(_storage_users(o) == 1 for o, owned in zip(self.outs, self.owned) if owned)
+        sharing = _sharing_counts(self.outs)
+        return all(_storage_users(o) == sharing[_storage_key(o)] for o, owned in zip(self.outs, self.owned) if owned)
 
     def replay(self) -> list:
         self.graph.replay()
+        self.replays += 1
         return [o.detach() if owned else o.clone() if isinstance(o, torch.Tensor) else o
                 for o, owned in zip(self.outs, self.owned)]
 
@@ -51,11 +57,36 @@ def _storage_users(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1  # less the probe's own reference
 
 
-def _held_by_result_alone(outs: list, i: int) -> bool:
-    """`outs[i]` is a tensor that only `outs` refers to (on the Python side: the list and this
-    call's argument), no view of another tensor, and the only tensor holding its memory."""
-    return (isinstance(outs[i], torch.Tensor) and sys.getrefcount(outs[i]) == 2 and outs[i]._base is None
-            and _storage_users(outs[i]) == 1)
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _sharing_counts(outs: list) -> dict:
+    """Per buffer, how many of the results are tensors over it."""
+    counts: dict = {}
+    for o in outs:
+        if isinstance(o, torch.Tensor):
+            counts[_storage_key(o)] = counts.get(_storage_key(o), 0) + 1
+    return counts
+
+
+def _held_by_results_alone(outs: list) -> list[bool]:
+    """Per result: a tensor that only `outs` refers to (on the Python side: the list and this
+    call's argument), no view of another tensor, whose memory no tensor but these results holds
+    (a buffer several results view, each held by the list alone, is theirs together)."""
+    sharing = _sharing_counts(outs)
+    owned = []
+    for i in range(len(outs)):  # no name bound to a result: the reference count is the list's and the call's
+        owned.append(isinstance(outs[i], torch.Tensor) and sys.getrefcount(outs[i]) == 2 and outs[i]._base is None
+                     and _storage_users(outs[i]) == sharing[_storage_key(outs[i])])
+    # a buffer is handed out by alias only if every result over it is (else a copy of one
+    # would be made from memory the next replay rewrites while an alias of another is alive)
+    for key in sharing:
+        group = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and _storage_key(o) == key]
+        if not all(owned[i] for i in group):
+            for i in group:
+                owned[i] = False
+    return owned
 
 
 def _input_key(t) -> tuple:
@@ -68,10 +99,11 @@ def _input_key(t) -> tuple:
     return ("value", t)
 
 
-def capture_plan(run_plan, args):
+def capture_plan(run_plan, args, made_at: int = 0, keep: list | None = None):
     """The whole plan as one CUDA graph over these input buffers (replayed when the same
     buffers come again: no Python per step, one launch), or False when a step needs the host
-    (a predicate read, a scalar copied in) — then the program never tries again."""
+    (a predicate read, a scalar copied in) — then the program never tries again. `keep`: the
+    arguments the graph holds alive (all of them when None)."""
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -86,7 +118,7 @@ def capture_plan(run_plan, args):
             static_outs = run_plan(args)
     except _NeedsTheHost:
         return False
-    return _Capture(graph, static_outs, args)
+    return _Capture(graph, static_outs, args if keep is None else keep, made_at)
 
 
 def _host_read_refused(op) -> TidalError:

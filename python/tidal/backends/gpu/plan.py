@@ -25,7 +25,7 @@ from tidal.backends.gpu import kernels as K
 from tidal.backends.gpu.launch import _launch, _NeedsTheHost, _operand_args
 from tidal.backends.gpu.row_scan import row_scan_kernel
 from tidal.backends.gpu.ttir import element_type
-from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _layout,
+from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _layout, dense_like,
                                          _lookback_window, _next_pow2, _prod, _ScanPlan, _variant_name, _Variants)
 from tidal.diagnostics import TidalError, TidalUnsupported
 
@@ -260,7 +260,9 @@ class PlanBuilder:
         def step(env):
             tensors = [env[v] for v in operands]
             sizes = [tensors[k].shape[r] for k, r in launch.dim_sources]
-            res = [torch.empty(env[o].shape, dtype=env[o].dtype, device=env[o].device) for o in outs]
+            # elementwise: results in the inputs' dim order, so a transposed chain stays flat
+            identity_ins = [t for t, reads in zip(tensors[: len(ins)], launch.flat_reads or ()) if reads]
+            res = [dense_like(env[o].shape, env[o].dtype, env[o].device, identity_ins) for o in outs]
             args = _operand_args(tensors[: len(ins)], launch.captured, launch.captured_scalar, env, self._on_host)
             for j, reads in enumerate(launch.reads_init):
                 if reads:
@@ -272,7 +274,7 @@ class PlanBuilder:
             args += [*sizes, numel]
             if numel > 0:
                 written = [tensors[len(ins) + j] if reads else r for j, (reads, r) in enumerate(zip(launch.reads_init, res))]
-                key = _layout(launch.flat_reads, [*tensors[: len(ins)], *written], numel)
+                key = _layout(launch.flat_reads, [*tensors[: len(ins)], *written], numel, any_dense_order=True)
                 _launch(variants.compiled(key), (_cdiv(numel, block), 1, 1), args, op)
             for r, t in zip(results, res):
                 env[r] = t
@@ -415,9 +417,24 @@ class PlanBuilder:
         return step
 
     def _op_tensor_concat(self, op):
+        """torch.cat, its result in the dim order of its largest part: a shifted [T, B, D] view of
+        a [B, T, D] buffer stays [B, T, D] in memory, laid out as the other operands of the scan
+        that reads it (which then reads them all in place, `_in_place_layout`)."""
         dim = ir.IntegerAttr(op.attributes["dim"]).value
         parts, result = list(op.operands), op.results[0]
-        return lambda env: env.__setitem__(result, torch.cat([env[p] for p in parts], dim))
+
+        def step(env):
+            tensors = [env[p] for p in parts]
+            order = _dim_order(max(tensors, key=lambda t: t.numel()))
+            if order == sorted(order):
+                env[result] = torch.cat(tensors, dim)
+                return
+            shape = list(tensors[0].shape)
+            shape[dim] = sum(t.shape[dim] for t in tensors)
+            out = torch.empty([shape[d] for d in order], dtype=tensors[0].dtype, device=tensors[0].device)
+            env[result] = torch.cat(tensors, dim, out=out.permute([order.index(d) for d in range(len(order))]))
+
+        return step
 
     def _op_tensor_dim(self, op):
         src, index, result = op.operands[0], op.operands[1], op.results[0]
@@ -794,6 +811,11 @@ def _in_place_layout(xs: list, block_c: int) -> tuple[int, int, int, int, bool] 
         return row_stride, size, stride, size, stride == 1
     (_, outer_stride), (inner, inner_stride) = runs
     return row_stride, inner, inner_stride, outer_stride, inner_stride == 1 and inner % block_c == 0
+
+
+def _dim_order(t: torch.Tensor) -> list[int]:
+    """`t`'s dims from the outermost in memory to the innermost (unit dims first, in order)."""
+    return sorted(range(t.dim()), key=lambda d: (t.shape[d] != 1, -t.stride()[d], d))
 
 
 def _static_or_typical(size: int) -> int:

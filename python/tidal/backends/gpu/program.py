@@ -13,7 +13,9 @@ A program called with new buffers at every call (a training step's forward, whos
 autograd holds, and its backward, whose inputs are those activations) is captured too where its
 plan costs the host more than copying its inputs would (`_worth_staging`: a host loop of kernels,
 a recurrence's T steps): over private copies of the inputs, into which each later call of the same
-shapes copies its own before the replay (`_Staged`). `TIDAL_CUDA_GRAPHS=0` turns both off.
+shapes copies its own before the replay (`_Staged`). Buffers that come back only because the
+caching allocator reuses a freed address stop the captures on buffers met twice once two of them
+never replayed (`_keyed_captures_pay`). `TIDAL_CUDA_GRAPHS=0` turns both off.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from torch_mlir import ir
 from tidal.backends.gpu.capture import _host_read_refused, _input_key, capture_plan
 from tidal.backends.gpu.launch import Launcher, _NeedsTheHost
 from tidal.backends.gpu.plan import PlanBuilder, _Plan
+from tidal.backends.gpu.variants import _dense
 
 GRAPHS_PER_PROGRAM = 8  # sets of input buffers and shapes with CUDA graphs kept per program
+WASTED_CAPTURES = 2  # captures never replayed after which a program stops capturing on buffers met twice
 CAPTURES_PER_GRAPH = 2  # graphs per set: while `y = f(x)` holds one's results, the other replays
 # A call with new buffers replays a staged capture when copying its inputs in costs less than
 # this share of the host time the plan took (the copies: a launch each and the bytes at 1 TB/s)
@@ -54,6 +58,8 @@ class GpuProgram:
         self._seen_shapes: dict = {}
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
         self.host_results: list[int] = []  # results eager leaves on the CPU (set by the driver)
+        self._calls = 0
+        self._keyed: list = []  # the captures made for buffers that came back, latest last
 
     def __call__(self, *tensors):
         device = next((t.get_device() for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), -1)
@@ -71,6 +77,7 @@ class GpuProgram:
         return results
 
     def _run(self, tensors):
+        self._calls += 1
         if torch.cuda.is_current_stream_capturing():
             return self._run_in_callers_capture(tensors)
         if not self._graphs_enabled:
@@ -87,8 +94,8 @@ class GpuProgram:
             start = time.perf_counter()
             outs = self._run_plan(args)  # compiles the kernels; its results are this call's
             host_s = time.perf_counter() - start
-            if key in self._seen:  # buffers that come back: worth a capture (fresh ones every call are not)
-                capture = self._capture(args)
+            if key in self._seen and self._keyed_captures_pay():  # buffers that come back: worth a capture
+                capture = self._capture(args, tensors)
                 self._graphs[key] = [capture] if capture else False
                 while len(self._graphs) > GRAPHS_PER_PROGRAM:
                     self._graphs.pop(next(iter(self._graphs)))
@@ -115,19 +122,34 @@ class GpuProgram:
         args = self.launcher.device_args(tensors)
         outs = self._run_plan(args)
         if len(captures) < CAPTURES_PER_GRAPH:
-            captures.append(self._capture(args))  # the plan captured once already: it needs no host read
+            captures.append(self._capture(args, tensors))  # the plan captured once already: it needs no host read
         return outs
 
     def _run_plan(self, args: list) -> list:
         return self.plan.run({}, args, self.block)
 
-    def _capture(self, args):
+    def _capture(self, args, tensors):
         """`capture_plan` of this program's plan, or False: a plan with a step that needs the host
-        is never tried again (`_graphs_enabled` off)."""
-        captured = capture_plan(self._run_plan, args)
+        is never tried again (`_graphs_enabled` off). The graph keeps the GPU tensors made of
+        host values alive, never the caller's buffers: those may be another graph's results (a
+        backward reading the forward's activations), which holding would keep from replaying."""
+        made = [a for a in args if isinstance(a, torch.Tensor) and not any(a is t for t in tensors)]
+        captured = capture_plan(self._run_plan, args, self._calls, made)
         if captured is False:
             self._graphs_enabled = False
+        else:
+            self._keyed = [*self._keyed[-(2 * GRAPHS_PER_PROGRAM - 1):], captured]
         return captured
+
+    def _keyed_captures_pay(self) -> bool:
+        """Buffers met twice came back by chance, not by design, once WASTED_CAPTURES captures made
+        for such buffers never replayed within GRAPHS_PER_PROGRAM calls of the program: the
+        caching allocator hands a freed activation's address to the next call's (a training
+        step's backward, whose inputs the forward makes anew). Each capture costs milliseconds of
+        host time and holds its memory, so this program makes no more of them (those made still
+        replay; staging stays open)."""
+        wasted = sum(1 for c in self._keyed if c.replays == 0 and self._calls - c.made_at > GRAPHS_PER_PROGRAM)
+        return wasted < WASTED_CAPTURES
 
     def _stage(self, tensors):
         """A `_Staged` capture over private copies of `tensors`' GPU buffers, or None where one
@@ -140,7 +162,7 @@ class GpuProgram:
                 private.append(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t))
             else:
                 private.append(t)
-        captured = self._capture(self.launcher.device_args(private))
+        captured = self._capture(self.launcher.device_args(private), private)
         return _Staged(captured, private) if captured else None
 
     def _run_in_callers_capture(self, tensors):
@@ -182,18 +204,6 @@ def _shape_key(t) -> tuple:
     if isinstance(t, torch.Tensor) and t.device.type != "cpu":
         return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
     return _input_key(t)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Every element of `t`'s memory span is one element of `t` (no expanded, overlapping or
-    strided-with-gaps view): a copy into a tensor of its layout is well-defined."""
-    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
-    expected = 1
-    for st, sz in dims:
-        if st != expected:
-            return False
-        expected *= sz
-    return True
 
 
 def _worth_staging(tensors, host_s: float) -> bool:

@@ -22,14 +22,47 @@ class _Variants:
         return self.builder.compiled(self.kernel(key))
 
 
-def _layout(flat_reads, tensors, count: int) -> tuple[bool, bool]:
+def _layout(flat_reads, tensors, count: int, any_dense_order: bool = False) -> tuple[bool, bool]:
     """(flat, aligned) kernel variant for these operands: flat when the op has a flat variant and
     every operand it reads at flat positions is contiguous and 16-byte aligned (vector loads);
     aligned when the flat loop's length `count` is also a multiple of 16. No tensors (--emit at
-    static shapes): as if contiguous."""
-    flat = flat_reads is not None and all(t.is_contiguous() and t.data_ptr() % 16 == 0
-                                          for t, reads in zip(tensors, flat_reads) if reads)
+    static shapes): as if contiguous. `any_dense_order` (an elementwise kernel): operands of one
+    shape and one dense layout, whatever its dim order ([T, B, D] views of [B, T, D] buffers),
+    are flat too, since element i of each lies at offset i alike."""
+    reads = [t for t, r in zip(tensors, flat_reads or ()) if r]
+    if flat_reads is None or not all(t.data_ptr() % 16 == 0 for t in reads):
+        return False, False
+    if any_dense_order and reads:
+        flat = all(t.shape == reads[0].shape and t.stride() == reads[0].stride() for t in reads) and _dense(reads[0])
+    else:
+        flat = all(t.is_contiguous() for t in reads)
     return flat, flat and count % 16 == 0
+
+
+def _dense(t) -> bool:
+    """Every element of `t`'s memory span [data_ptr, data_ptr + numel) is one element of `t`:
+    strides a permutation of a contiguous tensor's (sizes 1 aside)."""
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def dense_like(shape, dtype, device, tensors):
+    """An empty tensor of `shape` in the dim order of the first of `tensors` of that shape laid out
+    densely but not contiguously (a transposed view): an elementwise kernel then reads and writes
+    all of them flat. Contiguous where one of them is (a parameter's gradient stays contiguous)
+    or none is dense."""
+    import torch
+
+    if any(tuple(t.shape) == tuple(shape) and t.is_contiguous() for t in tensors):
+        return torch.empty(shape, dtype=dtype, device=device)
+    for t in tensors:
+        if tuple(t.shape) == tuple(shape) and not t.is_contiguous() and _dense(t):
+            return torch.empty_strided(shape, t.stride(), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _variant_name(name: str, flat: bool, aligned: bool) -> str:
