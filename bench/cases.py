@@ -1069,7 +1069,9 @@ class Recurrences(_SizedFamily):
 def _backward_step(leaves, returned):
     """invoke(fn, inputs): one forward+backward, out.backward(a fixed random cotangent) (out.sum()
     says nothing through a LayerNorm: its rows sum to 0); the gradients of `returned`, those of
-    every leaf cleared first."""
+    every leaf cleared first. The gradients as autograd left them, not copies: the peers' steps
+    (`linear_recurrence._peer`) copy nothing either, and a copy of a [8, 4096, 1024] gradient
+    costs as much as a pass of the kernel (0.07 ms on an H200)."""
     import torch
 
     cotangent = None
@@ -1082,7 +1084,7 @@ def _backward_step(leaves, returned):
         if cotangent is None:
             cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out.device)
         out.backward(cotangent)
-        return tuple(q.grad.clone() for q in returned)
+        return tuple(q.grad for q in returned)
 
     return step
 

@@ -797,6 +797,29 @@ def test_associative_scan_reads_and_writes_its_operands_in_place(shape, dim):
     torch.testing.assert_close(got.cpu(), expected, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("shape", [(4, 300, 96), (2, 70_000, 64)], ids=["walk", "look_back"])
+def test_a_gate_computed_inside_the_scan_kernel_matches_the_loop(shape):
+    """a_t = 0.9 sigmoid(g_t) applied in the scan kernel to the g it loads (`ScanPrologue`: no
+    kernel of its own writes a), both scan forms, against the recurrence as a float64 loop."""
+    from torch._higher_order_ops import associative_scan
+
+    def gated(g, x):
+        return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (torch.sigmoid(g) * 0.9, x), dim=1,
+                                combine_mode="generic")[1]
+
+    gen = torch.Generator().manual_seed(6)
+    g, x = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)(g.cuda(), x.cuda())
+    a, h = torch.sigmoid(g.double()) * 0.9, torch.zeros_like(x[:, 0], dtype=torch.float64)
+    expected = torch.empty_like(x, dtype=torch.float64)
+    for t in range(shape[1]):
+        h = a[:, t] * h + x[:, t]
+        expected[:, t] = h
+    torch.testing.assert_close(got.cpu(), expected.float(), rtol=2e-4, atol=2e-4)
+
+
 def test_linear_recurrence_written_as_a_scan_step_trains_on_cuda():
     """h = exp(g_t) h + x_t as a `scan` step over dim 1 of [B, T, D] (`tidal-affine-scans`: the
     forward and its adjoint become associative scans), forward and gradients of g and x against

@@ -743,7 +743,7 @@ def test_staged_capture_copies_only_what_it_can_and_when_it_pays():
 
 def test_a_linear_recurrence_written_as_a_scan_step_is_the_associative_scan_kernel(gpu_programs_of_torch_compile):
     """h = exp(g_t) h + x_t as a `scan` step becomes what its `associative_scan` form is
-    (`tidal-affine-scans`): the exp as an elementwise kernel and ONE `tt.scan` kernel, not the
+    (`tidal-affine-scans`): ONE `tt.scan` kernel (the exp computed inside it), not the
     sequential row kernel walking the steps one by one."""
     import torch
     from torch._higher_order_ops import scan
@@ -765,6 +765,46 @@ def test_a_linear_recurrence_written_as_a_scan_step_is_the_associative_scan_kern
         assert len([k for k in kernels if "tt.scan" in k.text]) == 1, [k.name for k in kernels]
         for kernel in kernels:
             assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+
+
+def test_an_elementwise_gate_is_computed_inside_the_scan_kernel(gpu_programs_of_torch_compile):
+    """h_t = a_t h_{t-1} + x_t with a_t = 0.9 sigmoid(g_t) made by an elementwise generic: the scan
+    kernel loads g and applies the gate in registers (`ScanPrologue`), so the forward is one
+    kernel and a_t never goes through memory; both scan forms compile. Where the gate is a result
+    too, its own kernel still writes it (and the scan recomputes it from g)."""
+    import torch
+    from torch._higher_order_ops import associative_scan
+
+    from tidal.backends.gpu import kernels as K
+    from tidal.backends.gpu.plan import _scan_prologue
+
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def gated(g, x):
+        return associative_scan(combine, (torch.sigmoid(g) * 0.9, x), dim=1, combine_mode="generic")[1]
+
+    def gated_and_gate(g, x):
+        a = torch.sigmoid(g) * 0.9
+        return associative_scan(combine, (a, x), dim=1, combine_mode="generic")[1], a
+
+    _compile_on_cpu_for_the_gpu(gated, [(torch.randn(2, 64, 16), torch.randn(2, 64, 16))])
+    (program,) = gpu_programs_of_torch_compile
+    (kernel,) = program.kernels_for_emit()
+    assert "tt.scan" in kernel.text and "%x0_0:" in kernel.text and "%x0:" not in kernel.text
+    assert "linalg.generic" not in [op.operation.name for op in program.plan.ops]
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    prologues = tuple(f[0] if f else None for f in (_scan_prologue(v) for v in list(op.operands)))
+    assert prologues[0] is not None and prologues[1] is None
+    for built in (K.scan_kernel(op, "rows", 64, 16, live=(False, True), prologues=prologues),
+                  K.lookback_scan_kernel(op, "look_back", 512, 16, 32, live=(False, True), prologues=prologues)):
+        assert f".entry {built.name}(" in kernel_asm(built, "ptx", ("cuda", 90))
+
+    gpu_programs_of_torch_compile.clear()
+    _compile_on_cpu_for_the_gpu(gated_and_gate, [(torch.randn(2, 64, 16), torch.randn(2, 64, 16))])
+    (program,) = gpu_programs_of_torch_compile
+    assert "linalg.generic" in [op.operation.name for op in program.plan.ops]
+    assert len(program.kernels_for_emit()) == 2
 
 
 def test_a_scan_reads_its_operands_in_place_where_their_columns_form_two_runs():

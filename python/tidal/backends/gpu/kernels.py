@@ -121,7 +121,7 @@ def _tensor_rank_and_elem(value) -> tuple[int, str]:
 class GenericBody:
     """One linalg.generic's kernel arguments and body, emitted on tiles of `shape`."""
 
-    def __init__(self, op, name: str):
+    def __init__(self, op, name: str, builder: KernelBuilder | None = None):
         self.op = op
         g = op.opview
         self.maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
@@ -131,7 +131,7 @@ class GenericBody:
         self.parallel = [d for d, it in enumerate(self.iterators) if it == "parallel"]
         self.reduction = [d for d, it in enumerate(self.iterators) if it == "reduction"]
         self.operand_dims = [_map_dims(m) for m in self.maps]
-        self.b = KernelBuilder(name)
+        self.b = builder or KernelBuilder(name)
         # values from above the generic that its body reads (a gather's source, a scalar)
         self.captured, self.captured_scalar = [], []
         for inner in self.body.operations:
@@ -664,7 +664,7 @@ class _RowsScan:
         b, tile = self.b, self.tile
         off, mask = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.row_stride, self.col_off_t,
                                           self.col_ok, self.reverse)
-        tiles = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, self.elems)]
+        tiles = _load_operands(b, self.addr, self.xs, self.elems, off, mask, tile)
         return _tt_scan(b, self.op, tiles, self.elems, tile), off, mask
 
     def finish(self, values: list[str], off: str, mask: str, ys: list, carry: list[str] | None,
@@ -769,7 +769,7 @@ class _GroupedTile:
         b, tile, elems, op = self.b, self.tile, self.elems, self.op
         off, mask = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.row_stride, self.col_off_t,
                                           self.col_ok, self.reverse)
-        loaded = [self.addr.load(self.addr.pointers(x, e, off), e, mask) for x, e in zip(self.xs, elems)]
+        loaded = _load_operands(b, self.addr, self.xs, elems, off, mask, tile)
         runs = _tt_scan(b, op, loaded, elems, tile, axis=1)
         totals = _last_rows(b, runs, elems, tile, self.last_in_run, axis=1)  # [G, C] per group
         before, has_before = self._exclusive(totals)
@@ -831,14 +831,14 @@ class _GroupedTile:
 
 
 def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = True, *,
-                live: tuple[bool, ...] | None = None) -> Kernel:
+                live: tuple[bool, ...] | None = None, prologues: tuple | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`), one program per block of
     `block_c` columns walking every row in tiles of `block_t` rows (`_RowsScan`): the form for
     scans too short to fill the GPU with chunks (`lookback_scan_kernel` takes the others).
     `live[i]`: scan output i is used (only those get a y pointer and are stored). C is a plain
     argument, so rows are read one element per load: with C declared a multiple of 16 (16-byte
     vector loads) the look-back took as long at 16 columns and 13% longer at 64 on the H100."""
-    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
     length, width = b.scalar_arg("T"), b.scalar_arg("C")
     layout = ScanLayout.args(b, unit_runs)
     c_i32 = tensor_type((block_c,), "i32")
@@ -849,19 +849,67 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = Tru
     return b.text()
 
 
-def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None):
-    """A scan kernel's builder and first arguments: (builder, element types, x pointers, y
-    pointers (None for outputs nothing reads), reverse)."""
+def _load_operands(b: KernelBuilder, addr: _Addressing, xs: list, elems: list[str], off: str, mask: str,
+                   tile: tuple[int, ...]) -> list[str]:
+    """The scan operands' tiles at offsets `off`: each loaded, or computed from the tiles of its
+    elementwise producer's inputs (`ScanPrologue`)."""
+    tiles = []
+    for x, e in zip(xs, elems):
+        if isinstance(x, ScanPrologue):
+            values = {arg: addr.load(addr.pointers(ptr, pe, off), pe, mask)
+                      for arg, ptr, pe in zip(x.body.body.arguments, x.pointers, x.elems)}
+            tiles.append(x.body.run_body(addr, values, {}, mask, tile)[0])
+        else:
+            tiles.append(addr.load(addr.pointers(x, e, off), e, mask))
+    return tiles
+
+
+@dataclass
+class ScanPrologue:
+    """A scan operand made by an elementwise generic (`exp(g)` of a gated recurrence) inside the
+    scan kernel: its inputs loaded where the operand would be, its body applied in registers, so
+    the operand never goes through memory."""
+
+    body: GenericBody
+    pointers: list[str]
+    elems: list[str]
+
+
+def prologue_generic(op) -> bool:
+    """`op` is a generic a scan kernel can apply to its inputs' tiles: elementwise, one result,
+    every input read through the identity map (no broadcast, no index, nothing captured but
+    constants), and its out's initial value unread."""
+    if op.operation.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    body = GenericBody(op, "probe")
+    if body.reduction or body.captured or body.flat_reads() is None or not all(body.flat_reads()[: len(body.ins)]):
+        return False
+    n_in = len(body.ins)
+    return not list(body.body.arguments[n_in].uses) and bool(body.ins)
+
+
+def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None, prologues: tuple | None = None):
+    """A scan kernel's builder and first arguments: (builder, element types, x pointers (or
+    `ScanPrologue`s for the operands whose elementwise producer `prologues` names), y pointers
+    (None for outputs nothing reads), reverse)."""
     k = ir.IntegerAttr(op.attributes["num_xs"]).value
     elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
     b = KernelBuilder(name)
-    xs = [b.pointer_arg(f"x{i}", e) for i, e in enumerate(elems)]
+    xs = []
+    for i, e in enumerate(elems):
+        producer = prologues[i] if prologues else None
+        if producer is None:
+            xs.append(b.pointer_arg(f"x{i}", e))
+            continue
+        body = GenericBody(producer, name, b)
+        in_elems = [_tensor_rank_and_elem(v)[1] for v in body.ins]
+        xs.append(ScanPrologue(body, [b.pointer_arg(f"x{i}_{j}", pe) for j, pe in enumerate(in_elems)], in_elems))
     ys = [b.pointer_arg(f"y{i}", e) if used else None for i, (e, used) in enumerate(zip(elems, live or (True,) * k))]
     return b, elems, xs, ys, ir.BoolAttr(op.attributes["reverse"]).value
 
 
 def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int, unit_runs: bool = True,
-                         live: tuple[bool, ...] | None = None) -> Kernel:
+                         live: tuple[bool, ...] | None = None, prologues: tuple | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`) in ONE pass over the data: a
     decoupled look-back (CUB's single-pass scan) over chunks of one tile of `block_t` rows,
     held in registers from load to store (`_GroupedTile`: each thread scans runs of rows).
@@ -928,7 +976,7 @@ def lookback_scan_kernel(op, name: str, block_t: int, block_c: int, window: int,
     chunk, held in its slot) 96.5-182 us; the sentinel-word look-back with that lag 110-169; one
     designated program an iteration scanning that iteration's totals and publishing every
     chunk's prefix (a lag of two) 149-214."""
-    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live)
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
     aggs = [b.pointer_arg(f"agg{i}", e) for i, e in enumerate(elems)]
     incs = [b.pointer_arg(f"inc{i}", e) for i, e in enumerate(elems)]
     flags, counter = b.pointer_arg("flags", "i32"), b.pointer_arg("counter", "i32")

@@ -55,6 +55,8 @@ class _Plan:
             if op.operation.name in ("tidal.yield", "linalg.yield", "func.return", "scf.yield"):
                 self.yielded = list(op.operands)
                 continue
+            if absorbed_by_scans(op):  # computed inside the scan kernels reading it
+                continue
             self.steps.append(builder.step_for(op))
             self.ops.append(op)
 
@@ -731,12 +733,17 @@ class PlanBuilder:
 
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
+        fused = [_scan_prologue(v) for v in xs_values]
+        prologues = tuple(f[0] if f else None for f in fused)
+        # per operand: the values the kernel loads for it, each with the permutation that views it as the operand
+        loaded = [[(i, f[1]) for i in list(f[0].opview.inputs)] if f else [(v, None)] for v, f in zip(xs_values, fused)]
 
         def make(variant, block_t, block_c, unit_runs=True):
             kernel_name = f"{name}_{variant}" + ("" if unit_runs else "_strided")
             if variant == "lookback":
-                return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), unit_runs, live=live)
-            return K.scan_kernel(op, kernel_name, block_t, block_c, unit_runs, live=live)
+                return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), unit_runs,
+                                              live=live, prologues=prologues)
+            return K.scan_kernel(op, kernel_name, block_t, block_c, unit_runs, live=live, prologues=prologues)
 
         variants = _Variants(self, op, make)
 
@@ -749,17 +756,19 @@ class PlanBuilder:
         variants.kernel((*_ScanPlan(shape[dim], _prod(s for i, s in enumerate(shape) if i != dim), sizes).key, True))
 
         def step(env):
-            xs = [env[v].movedim(dim, 0) for v in xs_values]
+            reads = [[(env[v] if perm is None else env[v].permute(perm)).movedim(dim, 0) for v, perm in per] for per in loaded]
+            xs = [t for per in reads for t in per]
             length = xs[0].shape[0]
             width = _prod(xs[0].shape[1:])
-            plan = _ScanPlan(length, width, [x.element_size() for x in xs]) if length > 0 and width > 0 else None
+            plan = _ScanPlan(length, width, sizes) if length > 0 and width > 0 else None
             layout = _in_place_layout(xs, plan.block_c if plan else 1)
             if layout is None:  # read (and written) as contiguous [T, C] copies
                 xs = [x.contiguous() for x in xs]
+                reads = [[x.contiguous() for x in per] for per in reads]
                 layout = (width, max(width, 1), 1, max(width, 1), True)
             *layout, unit_runs = layout
-            outs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device) if used else None
-                    for x, used in zip(xs, live)]
+            outs = [torch.empty_strided(per[0].shape, per[0].stride(), dtype=_dtype(r), device=per[0].device) if used else None
+                    for per, r, used in zip(reads, results, live)]
             stored = [o for o in outs if o is not None]
             if plan is not None:
                 col_blocks = plan.col_blocks
@@ -769,7 +778,7 @@ class PlanBuilder:
                 else:
                     pieces = _cdiv(length, plan.block_t)
                     state = torch.zeros(1 + pieces * col_blocks, dtype=torch.int32, device=xs[0].device)  # flags, counter
-                    aggs = [torch.empty(pieces, width, dtype=x.dtype, device=x.device) for x in xs]
+                    aggs = [torch.empty(pieces, width, dtype=_dtype(r), device=xs[0].device) for r in results]
                     incs = [torch.empty_like(a) for a in aggs]
                     launch(key, (pieces * col_blocks, 1, 1), *xs, *stored, *aggs, *incs, state[1:], state[:1],
                            length, width, col_blocks, *layout)
@@ -777,6 +786,52 @@ class PlanBuilder:
                 env[r] = o.movedim(0, dim) if o is not None else None
 
         return step
+
+
+def _fusing_scan(user, operand_number: int) -> bool:
+    """`user` is an associative_scan made as one kernel (elementwise combine, no extra operands)
+    and the value is one of its scanned operands."""
+    if user.name != "tidal.associative_scan":
+        return False
+    k = ir.IntegerAttr(user.attributes["num_xs"]).value
+    return len(user.operands) == k and operand_number < k and K.elementwise_combine(user)
+
+
+def _scan_prologue(value):
+    """(generic, permutation or None) when the scan operand `value` is an elementwise generic's
+    result, or a transpose of one, that the scan kernel computes from the generic's inputs
+    (`kernels.ScanPrologue`); else None."""
+    owner, perm = value.owner, None
+    if isinstance(owner, ir.Block):
+        return None
+    if owner.name == "linalg.transpose":
+        perm = [ir.IntegerAttr(p).value if not isinstance(p, int) else p for p in owner.attributes["permutation"]]
+        value = owner.operands[0]
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return None
+    return (owner, perm) if K.prologue_generic(owner) else None
+
+
+def absorbed_by_scans(op) -> bool:
+    """`op` (an elementwise generic, or a transpose of its result) has no step of its own: every
+    use is a scan in the same block that computes it in its kernel (`_scan_prologue`)."""
+    parent = op.operation.parent
+
+    def fused_use(use) -> bool:
+        user = use.owner
+        if user.name == "linalg.transpose":
+            return all(fused_use(u) for u in user.results[0].uses)
+        return (user.parent == parent and _fusing_scan(user, use.operand_number)
+                and _scan_prologue(user.operands[use.operand_number]) is not None)
+
+    if op.operation.name == "linalg.transpose":
+        source = op.operands[0].owner
+        return not isinstance(source, ir.Block) and source.name == "linalg.generic" and absorbed_by_scans(source)
+    if op.operation.name != "linalg.generic" or not K.prologue_generic(op):
+        return False
+    uses = list(op.results[0].uses)
+    return bool(uses) and all(fused_use(u) for u in uses)
 
 
 def _in_place_layout(xs: list, block_c: int) -> tuple[int, int, int, int, bool] | None:
