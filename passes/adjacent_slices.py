@@ -5,7 +5,8 @@ x̄_t = J_tᵀ G_t) and, where J is the identity (a linear recurrence's b), join
 `concat(slice(G, 0, 1), slice(G, 1, T-1))`, a copy of every element of G. When a
 `tensor.concat`'s operands are unit-stride slices of one source, whole in every other dim, each
 starting where the one before ended, the first at 0 and the last ending at the source's end
-(static sizes), the concat is the source.
+(static sizes), the concat is the source. `tiled_source` is shared with the CPU backend's
+`tidal-concat-in-place`, which folds the same concats before making the others inserts.
 """
 
 from __future__ import annotations
@@ -14,43 +15,42 @@ from torch_mlir import ir
 
 from tidal.passes.registry import ops_named, tidal_pass
 
-_DYNAMIC = -(2**63)
 
-
-def _static(op, name: str) -> list[int]:
+def _static_list(op: ir.Operation, name: str) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes[name]))
 
 
-def _tiled_source(concat) -> ir.Value | None:
-    dim = ir.IntegerAttr(concat.attributes["dim"]).value
-    source, end = None, 0
-    for part in concat.operands:
-        owner = part.owner
+def tiled_source(concat: ir.Operation, dim: int) -> ir.Value | None:
+    """The tensor that the operands, all static unit-stride slices of it, tile along `dim`."""
+    source, next_offset = None, 0
+    for v in concat.operands:
+        owner = v.owner
         if isinstance(owner, ir.Block) or owner.name != "tensor.extract_slice":
             return None
         src = owner.operands[0]
         if source is None:
             source = src
-        elif src != source:
+        if src != source or len(owner.operands) != 1:  # dynamic offsets, sizes or strides
             return None
-        shape = list(ir.RankedTensorType(src.type).shape)
-        offsets, sizes, strides = (_static(owner, n) for n in ("static_offsets", "static_sizes", "static_strides"))
-        if len(sizes) != len(shape) or _DYNAMIC in shape or any(s != 1 for s in strides):
+        t = ir.RankedTensorType(src.type)
+        offsets, sizes, strides = (_static_list(owner, a) for a in ("static_offsets", "static_sizes", "static_strides"))
+        if not t.has_static_shape or len(sizes) != t.rank or ir.RankedTensorType(v.type).rank != t.rank:
             return None
-        if any(o != (end if d == dim else 0) for d, o in enumerate(offsets)):
+        full = [d for k, d in enumerate(t.shape) if k != dim]
+        if (any(s != 1 for s in strides) or offsets[dim] != next_offset
+                or [o for k, o in enumerate(offsets) if k != dim] != [0] * (t.rank - 1)
+                or [s for k, s in enumerate(sizes) if k != dim] != full):
             return None
-        if any(s != shape[d] for d, s in enumerate(sizes) if d != dim):
-            return None
-        end += sizes[dim]
-    if source is None or end != ir.RankedTensorType(source.type).shape[dim]:
+        next_offset += sizes[dim]
+    if source is None or next_offset != ir.RankedTensorType(source.type).shape[dim] or source.type != concat.result.type:
         return None
-    return source if source.type == concat.results[0].type else None
+    return source
 
 
 @tidal_pass("tidal-fold-adjacent-slices", "Fold a concat of adjacent slices tiling a tensor into the tensor")
 def fold_adjacent_slices(module_op):
     for concat in ops_named(module_op, ("tensor.concat",)):
-        source = _tiled_source(concat)
+        source = tiled_source(concat, ir.IntegerAttr(concat.attributes["dim"]).value)
         if source is not None:
             concat.results[0].replace_all_uses_with(source)
             concat.erase()

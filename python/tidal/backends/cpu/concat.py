@@ -15,40 +15,10 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import tensor
 
+from tidal.passes.adjacent_slices import tiled_source
 from tidal.passes.registry import ops_named, tidal_pass
 
 MAX_OPERANDS = 8
-
-
-def _static_list(op: ir.Operation, name: str) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
-
-
-def _tiled_source(concat: ir.Operation, dim: int) -> ir.Value | None:
-    """The tensor that the operands, all static unit-stride slices of it, tile along `dim`."""
-    source, next_offset = None, 0
-    for v in concat.operands:
-        owner = v.owner
-        if isinstance(owner, ir.Block) or owner.name != "tensor.extract_slice":
-            return None
-        src = owner.operands[0]
-        if source is None:
-            source = src
-        if src != source or len(owner.operands) != 1:  # dynamic offsets, sizes or strides
-            return None
-        t = ir.RankedTensorType(src.type)
-        offsets, sizes, strides = (_static_list(owner, a) for a in ("static_offsets", "static_sizes", "static_strides"))
-        if not t.has_static_shape or len(sizes) != t.rank or ir.RankedTensorType(v.type).rank != t.rank:
-            return None
-        full = [d for k, d in enumerate(t.shape) if k != dim]
-        if (any(s != 1 for s in strides) or offsets[dim] != next_offset
-                or [o for k, o in enumerate(offsets) if k != dim] != [0] * (t.rank - 1)
-                or [s for k, s in enumerate(sizes) if k != dim] != full):
-            return None
-        next_offset += sizes[dim]
-    if source is None or next_offset != ir.RankedTensorType(source.type).shape[dim] or source.type != concat.result.type:
-        return None
-    return source
 
 
 def _as_inserts(concat: ir.Operation, dim: int) -> ir.Value | None:
@@ -71,7 +41,7 @@ def _as_inserts(concat: ir.Operation, dim: int) -> ir.Value | None:
 def concat_in_place(module_op):
     for concat in ops_named(module_op, ("tensor.concat",)):
         dim = ir.IntegerAttr(concat.attributes["dim"]).value
-        replacement = _tiled_source(concat, dim)
+        replacement = tiled_source(concat, dim)
         if replacement is None and len(concat.operands) <= MAX_OPERANDS:
             replacement = _as_inserts(concat, dim)
         if replacement is not None:

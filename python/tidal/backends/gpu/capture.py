@@ -30,11 +30,13 @@ class _Capture:
         self.graph, self.outs = graph, outs
         self.inputs = inputs  # the GPU tensors made of host values are read by every replay
         self.owned = _held_by_results_alone(outs)
+        sharing = _sharing_counts(outs)
+        # per aliased result: the tensors holding its buffer when no alias handed out is alive
+        self.alone = [(o, sharing[_storage_key(o)]) for o, owned in zip(outs, self.owned) if owned]
         self.replays, self.made_at = 0, made_at
 
     def replayable(self) -> bool:
-        sharing = _sharing_counts(self.outs)
-        return all(_storage_users(o) == sharing[_storage_key(o)] for o, owned in zip(self.outs, self.owned) if owned)
+        return all(_storage_users(o) == users for o, users in self.alone)
 
     def replay(self) -> list:
         self.graph.replay()

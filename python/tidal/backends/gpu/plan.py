@@ -805,7 +805,7 @@ def _scan_prologue(value):
     if isinstance(owner, ir.Block):
         return None
     if owner.name == "linalg.transpose":
-        perm = [ir.IntegerAttr(p).value if not isinstance(p, int) else p for p in owner.attributes["permutation"]]
+        perm = PlanBuilder._static(owner, "permutation")
         value = owner.operands[0]
         owner = value.owner
         if isinstance(owner, ir.Block):
