@@ -25,7 +25,7 @@ from tidal.backends.gpu import kernels as K
 from tidal.backends.gpu.launch import _launch, _NeedsTheHost, _operand_args
 from tidal.backends.gpu.row_scan import row_scan_kernel
 from tidal.backends.gpu.ttir import element_type
-from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _layout, dense_like,
+from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _dense, _layout, dense_like,
                                          _lookback_window, _next_pow2, _prod, _ScanPlan, _variant_name, _Variants)
 from tidal.diagnostics import TidalError, TidalUnsupported
 
@@ -763,8 +763,8 @@ class PlanBuilder:
             plan = _ScanPlan(length, width, sizes) if length > 0 and width > 0 else None
             layout = _in_place_layout(xs, plan.block_c if plan else 1)
             if layout is None:  # read (and written) as contiguous [T, C] copies
-                xs = [x.contiguous() for x in xs]
                 reads = [[x.contiguous() for x in per] for per in reads]
+                xs = [t for per in reads for t in per]
                 layout = (width, max(width, 1), 1, max(width, 1), True)
             *layout, unit_runs = layout
             outs = [torch.empty_strided(per[0].shape, per[0].stride(), dtype=_dtype(r), device=per[0].device) if used else None
@@ -843,11 +843,8 @@ def _in_place_layout(xs: list, block_c: int) -> tuple[int, int, int, int, bool] 
     shape, strides = xs[0].shape, xs[0].stride()
     if any(x.shape != shape or x.stride() != strides for x in xs):
         return None
-    expected = 1
-    for size, stride in sorted(((sz, st) for sz, st in zip(shape, strides) if sz > 1), key=lambda d: d[1]):
-        if stride != expected:
-            return None
-        expected *= size
+    if not _dense(xs[0]):
+        return None
     runs: list[list[int]] = []  # [size, stride] of the column dims, adjacent ones merged where they can
     for size, stride in zip(shape[1:], strides[1:]):
         if size == 1:
