@@ -442,6 +442,37 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
         assert list((graph / part).glob("tidal_scan_rows_*.tt*ir")), part
 
 
+@pytest.mark.parametrize("kind,h", [("lstm", 64), ("gru", 64), ("mingru", 64), ("lstm", 32)])
+def test_gated_cells_run_as_row_kernels_and_train(kind, h, tmp_path):
+    """LSTM, GRU and minGRU steps split their gates with `chunk`: each gate is a column block of
+    the row kernel, so forward and adjoint are ONE persistent kernel each (40 rows: a partial
+    block of 16); outputs and the gradients of x and every weight match the same cell written
+    as a Python loop."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_cell
+
+    gen = torch.Generator().manual_seed(2)
+    xs, cotangent = torch.randn(48, 40, h, generator=gen).cuda(), torch.randn(48, 40, h, generator=gen).cuda()
+
+    def run(model):
+        x = xs.clone().requires_grad_(True)
+        ys = model(x)
+        (ys * cotangent).sum().backward()
+        return [ys.detach(), x.grad] + [p.grad for p in model.parameters() if p.grad is not None]
+
+    torch._dynamo.reset()
+    cell = make_cell(kind, h, "cuda", "scan")
+    got = run(torch.compile(cell, backend="tidal", fullgraph=True, options={**STRICT, "dump_dir": str(tmp_path)}))
+    expected = run(make_cell(kind, h, "cuda", "loop"))  # the same weights (one seed)
+    assert len(got) == len(expected)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    (graph,) = tmp_path.glob("graph*")
+    for part in ("forward", "backward"):
+        assert list((graph / part).glob("tidal_scan_rows_*.tt*ir")), part
+
+
 def test_row_kernel_carries_nans_in_their_rows_only():
     """The row kernel's TF32 split feeds the tensor cores the unrounded rest of each operand: a NaN
     in h or x_t must still make that row (and only that row) NaN from its step on, as in eager."""
@@ -746,14 +777,15 @@ def _lstm_scan(xs, h0, c0, U, b):
 
 
 def test_new_buffers_at_every_call_replay_a_staged_capture(monkeypatch):
-    """A host loop of kernels (an LSTM step: chunked gates) called with new buffers every time, as
-    a training step's forward and backward are: from the third call a capture over private copies
-    of the inputs replays, each call's inputs copied in; results held across calls stay right."""
+    """A host loop of kernels (an LSTM step of width 24: the row kernel takes powers of two) called
+    with new buffers every time, as a training step's forward and backward are: from the third
+    call a capture over private copies of the inputs replays, each call's inputs copied in;
+    results held across calls stay right."""
     import tidal.backends.gpu.program as gpu_program
 
     monkeypatch.setattr(gpu_program, "STAGING_SHARE", 1e9)  # whatever the host time of this small plan
     g = torch.Generator().manual_seed(0)
-    h = 32
+    h = 24
     weights = [torch.randn(h, 4 * h, generator=g) * h**-0.5, torch.randn(4 * h, generator=g) * 0.1]
 
     def inputs():

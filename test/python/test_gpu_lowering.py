@@ -400,6 +400,56 @@ def test_tanh_is_branch_free():
     assert not re.search(r"\bbra\b", body), body
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_torch_compile, kind):
+    """LSTM and GRU steps split their gates with `chunk`: each gate is a column block of the row
+    kernel (its own product by U's column block, its bias block, its xs columns), never the whole
+    [B, 4H] tile, which registers cannot slice; the adjoint concatenates the gate cotangents and
+    multiplies by Uᵀ, read as the sum of each part's product by Uᵀ's row block. Forward and
+    adjoint are ONE persistent kernel each, with the time loop inside, and compile to PTX."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import GATES, make_cell
+
+    cell = make_cell(kind, 32, "cpu", "scan")
+    xs = torch.randn(8, 20, 32, requires_grad=True)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(cell, backend="tidal", fullgraph=True, options={"fallback": "warn"})(xs).sum().backward()
+    forward, backward = gpu_programs_of_torch_compile
+    for program in (forward, backward):
+        rows = [k for k in program.kernels_for_emit() if "scan_rows" in k.name]
+        assert len(rows) == 1, [k.name for k in program.kernels_for_emit()]
+        ttgir = kernel_asm(rows[0], "ttgir", ("cuda", 90))
+        # per gate, three TF32 products (hi·hi, hi·lo, lo·hi) inside the time loop
+        assert ttgir.count("tt.dot ", ttgir.index("scf.for")) == 3 * GATES[kind], ttgir
+        assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
+
+
+def test_a_slice_of_a_carry_leaves_the_row_kernel(gpu_programs_of_torch_compile):
+    """Registers hold a carry whole: a step reading a column slice of it runs as the host loop
+    (its kernels valid), not a kernel that slices what it cannot."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    def halves(h0, xs, u):
+        def step(h, x):
+            left, right = h.chunk(2, dim=-1)
+            h = torch.tanh(x + torch.cat([right, left], -1) @ u)
+            return h, h.clone()
+
+        return scan(step, h0, xs)
+
+    _compile_on_cpu_for_the_gpu(halves, [(torch.zeros(16, 32), torch.randn(6, 16, 32), torch.randn(32, 32) * 0.1)])
+    (program,) = gpu_programs_of_torch_compile
+    kernels = program.kernels_for_emit()
+    assert kernels and not [k.name for k in kernels if "scan_rows" in k.name], [k.name for k in kernels]
+
+
 def _wide_two_matrix_scan(h0, xs, u1, u2):
     from torch._higher_order_ops import scan
 

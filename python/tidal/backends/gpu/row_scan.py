@@ -99,7 +99,13 @@ def _zero_fill(value) -> bool:
 
 
 class _Analysis:
-    """Whether a scan's step is row-wise (`check`), and which consts its kernel loads how."""
+    """Whether a scan's step is row-wise (`check`), and which consts its kernel loads how.
+
+    A step may split a wide value into column slices (`chunk` of an LSTM's or a GRU's gates): a
+    value read only through slices is never held whole (`virtual`); each slice is computed from
+    the same slice of its operands (an xs tile's columns, a weight's columns, a bias vector's),
+    so a [B, 4H] gate tile is four [B, H] tiles and its matmul four products by U's column blocks.
+    """
 
     def __init__(self, op):
         self.op = op
@@ -112,12 +118,29 @@ class _Analysis:
         self.matrices: set[int] = set()  # const indices used as a matmul's right-hand side
         self.vectors: set[int] = set()  # const indices broadcast along the rows
         self.transposed: dict = {}  # a linalg.transpose result in the body -> the const it reads
-        self.matmul_rhs: list = []  # (value a matmul reads, const index): a const or its transpose
+        # the blocks the kernel loads: (value, first row, rows, first column, width) of the
+        # matmuls' right-hand sides (a const or its transpose) -> const index; (value, first
+        # column, width) of the vectors and of the xs
+        self.matrix_blocks: dict = {}
+        self.vector_blocks: set = set()
+        self.xs_blocks: set = set()  # (xs index, first column, width)
+        self.virtual: set = set()
+        self.slices: dict = {}  # an extract_slice result -> (source, first column, width)
+        # a concat of tiles along the columns (an adjoint's gate cotangents) -> its parts (tile,
+        # first column, width); never held whole: a matmul reads it part by part (the products
+        # by the weight's row blocks, added), a stacked output stores it part by part
+        self.concats: dict = {}
 
     def const_index(self, value) -> int | None:
         for i, a in enumerate(self.args[self.n + self.k :]):
             if a == value:
                 return i
+        return None
+
+    def xs_index(self, value) -> int | None:
+        for j, a in enumerate(self.args[self.n : self.n + self.k]):
+            if a == value:
+                return j
         return None
 
     def check(self) -> bool:
@@ -130,11 +153,10 @@ class _Analysis:
         if any(len(s) != 2 for s in carries) or any(len(s) != 3 for s in xs):
             return False
         self.rows = carries[0][0]
-        if any(s[0] != self.rows or not _width_ok(s[1]) for s in carries):
+        if any(s[0] != self.rows or not _width_ok(s[1]) for s in carries) or any(s[1] != self.rows for s in xs):
             return False
-        if any(s[1] != self.rows or not _width_ok(s[2]) for s in xs):
-            return False
-        tiles = set(self.args[: self.n + self.k])
+        rowed = set(self.args[: self.n + self.k])  # [B, w] values of any width
+        ops = []
         for inner in self.block.operations:
             name = inner.operation.name
             if name in ("tensor.empty", "arith.constant"):
@@ -143,41 +165,159 @@ class _Analysis:
                     return False
                 continue
             if name == "tidal.yield":
-                return all(v in tiles for v in inner.operands)
+                return all(v in rowed for v in inner.operands) and self._plan_slices(ops, inner)
+            ops.append(inner)
             if name == "linalg.fill":
                 value = _producer(inner.operands[0])
-                if value is None or value.operation.name != "arith.constant" or not self._tile_shaped(inner.results[0]):
+                if value is None or value.operation.name != "arith.constant" or not self._row_shaped(inner.results[0]):
                     return False
-                tiles.add(inner.results[0])
             elif name == "linalg.transpose":
                 c = self.const_index(inner.operands[0])
                 if c is None or list(ir.DenseI64ArrayAttr(inner.attributes["permutation"])) != [1, 0]:
                     return False
                 self.transposed[inner.results[0]] = c  # Wᵀ of a weight (an adjoint's): read so once
+                continue
             elif name == "linalg.matmul":
                 a, m, init = inner.operands
                 c = self.transposed.get(m, self.const_index(m))
-                if a not in tiles or c is None or not (init in tiles or _zero_fill(init)):
+                if a not in rowed or c is None or not (init in rowed or _zero_fill(init)):
                     return False
-                (kk, nn) = _shape(m)
-                if not (_width_ok(kk) and _width_ok(nn)):
+                if a not in self.concats and not _width_ok(_shape(m)[0]):
                     return False
                 self.matrices.add(c)
-                self.matmul_rhs.append((m, c))
-                tiles.add(inner.results[0])
             elif name == "linalg.generic":
-                if not self._rowwise_generic(inner, tiles):
+                if not self._rowwise_generic(inner, rowed):
                     return False
-                tiles.update(inner.results)
+            elif name == "tensor.extract_slice":
+                if inner.operands[0] not in rowed or not self._column_slice(inner):
+                    return False
+            elif name == "tensor.concat":
+                if ir.IntegerAttr(inner.attributes["dim"]).value != 1 or not self._row_shaped(inner.results[0]) or \
+                        not all(v in rowed and self._tile_shaped(v) for v in inner.operands):
+                    return False
+                parts, first = [], 0
+                for v in inner.operands:
+                    parts.append((v, first, _shape(v)[1]))
+                    first += _shape(v)[1]
+                self.concats[inner.results[0]] = parts
             else:
                 return False
+            rowed.update(inner.results)
         return False
 
-    def _tile_shaped(self, value) -> bool:
-        s = _shape(value)
-        return s is not None and len(s) == 2 and s[0] == self.rows and _width_ok(s[1])
+    def _column_slice(self, op) -> bool:
+        """A static slice of whole rows and contiguous columns, a tile wide; recorded in `slices`."""
+        if len(op.operands) != 1:  # dynamic offsets or sizes
+            return False
+        offsets, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[n])) for n in ("static_offsets", "static_sizes", "static_strides"))
+        if offsets[0] != 0 or sizes[0] != self.rows or strides != [1, 1] or not self._tile_shaped(op.results[0]):
+            return False
+        self.slices[op.results[0]] = (op.operands[0], offsets[1], sizes[1])
+        return True
 
-    def _rowwise_generic(self, op, tiles) -> bool:
+    def _plan_slices(self, ops, terminator) -> bool:
+        """Marks the values read only through column slices `virtual` (computed per slice, never
+        whole), checks that every other value is a tile the kernel can hold, and records the
+        column blocks of xs, weights and vectors the kernel loads."""
+        for inner in reversed(ops):
+            if inner.operation.name in ("linalg.generic", "linalg.matmul", "linalg.fill") and \
+                    all(self._read_in_slices(r) for r in inner.results):
+                self.virtual.update(inner.results)
+        n_carries = self.n
+        for inner in ops:
+            if inner.operation.name == "linalg.transpose":
+                continue
+            if inner.operation.name == "tensor.concat":
+                r = inner.results[0]
+                if any(not ((u.owner.operation.name == "linalg.matmul" and u.operand_number == 0) or
+                            (u.owner.operation.name == "tidal.yield" and u.operand_number >= n_carries)) for u in r.uses):
+                    return False  # read whole only by a matmul (in parts) or stored as a stacked output
+                continue
+            for r in inner.results:
+                if r not in self.virtual and not self._tile_shaped(r):
+                    return False
+            if inner.operation.name == "linalg.matmul" and inner.results[0] not in self.virtual:
+                _, m, init = inner.operands
+                if init in self.virtual:
+                    return False
+                self._matrix_blocks(inner, 0, _shape(m)[1])
+            if inner.operation.name == "linalg.generic" and inner.results[0] not in self.virtual:
+                g = GenericBody(inner, "probe")
+                for v, mp in zip(g.ins, g.maps):
+                    if v in self.virtual:
+                        return False
+                    if _map_dims(mp) == [1] and self.const_index(v) is not None:
+                        self.vector_blocks.add((v, 0, _shape(v)[0]))
+        for j, arg in enumerate(self.args[self.n : self.n + self.k]):
+            if any(not self._slice_read(u) for u in arg.uses):
+                if not _width_ok(_shape(self.operands[self.n + j], dynamic_first=True)[2]):
+                    return False
+                self.xs_blocks.add((j, 0, _shape(self.operands[self.n + j], dynamic_first=True)[2]))
+        if any(v in self.virtual for v in terminator.operands):
+            return False
+        return all(self._demand(src, c0, w) for src, c0, w in self.slices.values())
+
+    def lhs_parts(self, matmul) -> list:
+        """(tile, first row of the weight it multiplies, width) of a matmul's left-hand side: one
+        part, or a concat's parts."""
+        lhs = matmul.operands[0]
+        return self.concats.get(lhs, [(lhs, 0, _shape(lhs)[1])])
+
+    def _matrix_blocks(self, matmul, c0: int, w: int):
+        m = matmul.operands[1]
+        for _, k0, kk in self.lhs_parts(matmul):
+            self.matrix_blocks[(m, k0, kk, c0, w)] = self.transposed.get(m, self.const_index(m))
+
+    def _slice_read(self, use) -> bool:
+        """`use` reads its value only in column slices: an extract_slice, or an operand of a
+        virtual generic (an elementwise input) or matmul (its accumulator)."""
+        owner = use.owner
+        name = owner.operation.name if not isinstance(owner, ir.Block) else ""
+        if name == "tensor.extract_slice":
+            return True
+        if name == "linalg.generic":
+            return all(r in self.virtual for r in owner.results)
+        if name == "linalg.matmul":
+            return use.operand_number == 2 and owner.results[0] in self.virtual
+        return False
+
+    def _read_in_slices(self, value) -> bool:
+        uses = list(value.uses)
+        return bool(uses) and all(self._slice_read(u) for u in uses)
+
+    def _demand(self, value, c0: int, w: int) -> bool:
+        """Whether columns [c0, c0 + w) of `value` can be computed alone; records what they load."""
+        j = self.xs_index(value)
+        if j is not None:
+            self.xs_blocks.add((j, c0, w))
+            return True
+        if value not in self.virtual:
+            return c0 == 0 and _shape(value)[-1] == w  # a held tile: whole, or not at all
+        op = _producer(value)
+        name = op.operation.name
+        if name == "linalg.fill":
+            return True
+        if name == "linalg.matmul":
+            _, m, init = op.operands
+            self._matrix_blocks(op, c0, w)
+            return _zero_fill(init) or self._demand(init, c0, w)
+        g = GenericBody(op, "probe")
+        for v, mp in zip(g.ins, g.maps):
+            dims = _map_dims(mp)
+            if dims == [1]:
+                self.vector_blocks.add((v, c0, w))
+            elif dims == [0, 1] and not self._demand(v, c0, w):
+                return False
+        return True
+
+    def _row_shaped(self, value) -> bool:
+        s = _shape(value)
+        return s is not None and len(s) == 2 and s[0] == self.rows
+
+    def _tile_shaped(self, value) -> bool:
+        return self._row_shaped(value) and _width_ok(_shape(value)[1])
+
+    def _rowwise_generic(self, op, rowed) -> bool:
         g = GenericBody(op, "probe")
         if g.reduction or g.captured or len(g.iterators) != 2:
             return False
@@ -186,11 +326,11 @@ class _Analysis:
         n_in = len(g.ins)
         if any(len(list(g.body.arguments[n_in + j].uses)) for j in range(len(g.outs))):
             return False
-        if not all(self._tile_shaped(r) for r in op.results):
+        if not all(self._row_shaped(r) for r in op.results):
             return False
         for v, m in zip(g.ins, g.maps):
             dims = _map_dims(m)
-            if dims == [0, 1] and v in tiles:
+            if dims == [0, 1] and v in rowed:
                 continue
             if dims == [] and _scalar_constant(v) is not None:
                 continue  # a 0-d constant (the 1 of `1 - h²`): splat
@@ -203,21 +343,19 @@ class _Analysis:
 
 
 def _weight_bytes(a: "_Analysis") -> int:
-    """Bytes the step's matrices take as their TF32 high and low parts (f32 each)."""
-    total = 0
-    for c in a.matrices:
-        kk, nn = _shape(a.args[a.n + a.k + c])
-        total += 2 * 4 * kk * nn
-    return total
+    """Bytes the step's matrices' column blocks take as their TF32 high and low parts (f32 each)."""
+    return sum(2 * 4 * kk * w for _, _, kk, _, w in a.matrix_blocks)
 
 
 def _tile_widths(a: "_Analysis") -> set[int]:
-    """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded)."""
-    widths = {_shape(v)[1] for v in a.operands[: a.n]}
-    widths |= {_shape(v, dynamic_first=True)[2] for j, v in enumerate(a.operands[a.n : a.n + a.k]) if len(list(a.args[a.n + j].uses))}
+    """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded;
+    a value read only in column slices is held as its slices)."""
+    widths = {_shape(v)[1] for v in a.operands[: a.n]} | {w for _, _, w in a.xs_blocks}
     for inner in a.block.operations:
-        widths |= {_shape(r)[1] for r in inner.results if _shape(r) is not None and len(_shape(r)) == 2
-                   and inner.operation.name != "linalg.transpose"}
+        if inner.operation.name == "linalg.transpose":
+            continue
+        widths |= {_shape(r)[1] for r in inner.results if r not in a.virtual and r not in a.concats and _shape(r) is not None
+                   and len(_shape(r)) == 2}
     return widths
 
 
@@ -309,37 +447,42 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return (b.op(f"tt.broadcast {l2} : {tensor_type((lsize, 1), elem, enc)} -> {tensor_type((lsize, w), elem, enc)}"),
                 b.op(f"tt.broadcast {r2} : {tensor_type((1, w), elem, enc)} -> {tensor_type((lsize, w), elem, enc)}"))
 
-    def tile_offsets(w):
-        """Offsets of this program's rows of a row-major [B, w] matrix, and their mask."""
-        if ("off", w) not in cache:
+    def tile_offsets(w, row_width=None, first=0):
+        """Offsets of this program's rows of columns [first, first + w) of a row-major [B,
+        row_width] matrix (row_width = w: the whole of a [B, w] one), and their mask."""
+        row_width = row_width or w
+        if ("off", w, row_width, first) not in cache:
             ty = tensor_type((ROWS, w), i32, lay.tile)
-            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(w, i32), i32, (ROWS,), lay.rows), vec(ROWS, i32, lay.rows)),
-                          ROWS, lay.rows, arange(w, lay.cols), w, lay.cols, i32)
+            cols = arange(w, lay.cols)
+            if first:
+                cols = b.binary("arith.addi", cols, b.splat(b.const(first, i32), i32, (w,), lay.cols), vec(w, i32, lay.cols))
+            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(row_width, i32), i32, (ROWS,), lay.rows), vec(ROWS, i32, lay.rows)),
+                          ROWS, lay.rows, cols, w, lay.cols, i32)
             m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {vec(ROWS, 'i1', lay.rows)} -> "
                       f"{tensor_type((ROWS, 1), 'i1', lay.tile)}")
             mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', lay.tile)} -> {tensor_type((ROWS, w), 'i1', lay.tile)}")
-            cache[("off", w)] = (b.binary("arith.addi", r, c, ty), mask)
-        return cache[("off", w)]
+            cache[("off", w, row_width, first)] = (b.binary("arith.addi", r, c, ty), mask)
+        return cache[("off", w, row_width, first)]
 
     def pointers(ptr, offsets, shape, enc):
         ptr_ty = tensor_type(shape, "!tt.ptr<f32>", enc)
         p = b.op(f"tt.splat {ptr} : !tt.ptr<f32> -> {ptr_ty}")
         return b.op(f"tt.addptr {p}, {offsets} : {ptr_ty}, {tensor_type(shape, i32, enc)}")
 
-    def step_offsets(w, step_base):
-        off, mask = tile_offsets(w)
+    def step_offsets(w, step_base, row_width=None, first=0):
+        off, mask = tile_offsets(w, row_width, first)
         if step_base is not None:
             off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w), lay.tile), tensor_type((ROWS, w), i32, lay.tile))
         return off, mask
 
-    def load_tile(ptr, w, step_base=None):
-        off, mask = step_offsets(w, step_base)
+    def load_tile(ptr, w, step_base=None, row_width=None, first=0):
+        off, mask = step_offsets(w, step_base, row_width, first)
         zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
         return b.op(f"tt.load {pointers(ptr, off, (ROWS, w), lay.tile)}, {mask}, {zero} : "
                     f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
 
-    def store_tile(ptr, value, w, step_base=None):
-        off, mask = step_offsets(w, step_base)
+    def store_tile(ptr, value, w, step_base=None, row_width=None, first=0):
+        off, mask = step_offsets(w, step_base, row_width, first)
         b.emit(f"tt.store {pointers(ptr, off, (ROWS, w), lay.tile)}, {value}, {mask} : "
                f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
 
@@ -363,53 +506,58 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return hi, b.binary("arith.subf", x, hi, ty)
 
     const_args = a.args[n + k :]
-    values: dict = {}
+    values: dict = {}  # the tiles held whole
+    blocks = {}  # a key of `a.matrix_blocks` or `a.vector_blocks` -> the loaded block
     matrix_loads = []
-    for m, c in a.matmul_rhs:
-        if any(m == x for x, *_ in matrix_loads):
-            continue
-        kk, nn = _shape(m)
+
+    def shifted(v, size, first, enc):
+        return v if not first else b.binary("arith.addi", v, b.splat(b.const(first, i32), i32, (size,), enc), vec(size, i32, enc))
+
+    for (m, k0, kk, first, w), c in a.matrix_blocks.items():
         # element (i, j) of a [K, N] const is at i·N + j; of the transpose of an [N, K] one at j·K + i
-        row_stride, col_stride = (1, kk) if m in a.transposed else (nn, 1)
+        row_stride, col_stride = (1, _shape(m)[0]) if m in a.transposed else (_shape(m)[1], 1)
         scaled = lambda v, size, s, enc: v if s == 1 else b.binary(  # noqa: E731
             "arith.muli", v, b.splat(b.const(s, i32), i32, (size,), enc), vec(size, i32, enc))
-        r, cc = grid2d(scaled(arange(kk, lay.rhs_k), kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
-                       scaled(arange(nn, lay.rhs_n), nn, col_stride, lay.rhs_n), nn, lay.rhs_n, i32)
-        off = b.binary("arith.addi", r, cc, tensor_type((kk, nn), i32, lay.rhs))
-        matrix_loads.append((m, pointers(const_ptrs[c], off, (kk, nn), lay.rhs), (kk, nn)))
-    for m, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
-        values[m] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>', lay.rhs)}")
+        r, cc = grid2d(scaled(shifted(arange(kk, lay.rhs_k), kk, k0, lay.rhs_k), kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
+                       scaled(shifted(arange(w, lay.rhs_n), w, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
+        off = b.binary("arith.addi", r, cc, tensor_type((kk, w), i32, lay.rhs))
+        matrix_loads.append(((m, k0, kk, first, w), pointers(const_ptrs[c], off, (kk, w), lay.rhs), (kk, w)))
+    for key, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
+        blocks[key] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>', lay.rhs)}")
         if lay.explicit:
-            values[m] = split(values[m], shape, lay.rhs)
-    vectors = {}
-    for c in sorted(a.vectors):
-        (w,) = _shape(const_args[c])
-        v = b.op(f"tt.load {pointers(const_ptrs[c], arange(w, lay.cols), (w,), lay.cols)} : {vec(w, '!tt.ptr<f32>', lay.cols)}")
-        v2 = b.op(f"tt.expand_dims {v} {{axis = 0 : i32}} : {vec(w, 'f32', lay.cols)} -> {tensor_type((1, w), 'f32', lay.tile)}")
-        vectors[const_args[c]] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32', lay.tile)} -> "
-                                      f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
+            blocks[key] = split(blocks[key], shape, lay.rhs)
+    for v, first, w in sorted(a.vector_blocks, key=lambda blk: (a.const_index(blk[0]), blk[1])):
+        c = a.const_index(v)
+        cols = shifted(arange(w, lay.cols), w, first, lay.cols)
+        loaded = b.op(f"tt.load {pointers(const_ptrs[c], cols, (w,), lay.cols)} : {vec(w, '!tt.ptr<f32>', lay.cols)}")
+        v2 = b.op(f"tt.expand_dims {loaded} {{axis = 0 : i32}} : {vec(w, 'f32', lay.cols)} -> {tensor_type((1, w), 'f32', lay.tile)}")
+        blocks[(v, first, w)] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32', lay.tile)} -> "
+                                     f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
 
     widths = [_shape(v)[1] for v in a.operands[:n]]
     xs_widths = [_shape(v, dynamic_first=True)[2] for v in a.operands[n : n + k]]
     carry_types = [tensor_type((ROWS, w), "f32", lay.tile) for w in widths]
-    for w in {*widths, *xs_widths, *(_shape(v)[1] for v in ys)}:
+    for w in widths:
         tile_offsets(w)  # before the loop: the stores after it use them too
+    for v in ys:
+        for _, first, w in a.concats.get(v, [(v, 0, _shape(v)[1])]):
+            tile_offsets(w, _shape(v)[1], first)
     inits = [load_tile(p, w) for p, w in zip(init_ptrs, widths)]
-    # Each step's slices of the xs are loaded one step ahead and carried in: the load of step t+1
+    # Each step's blocks of the xs are loaded one step ahead and carried in: the load of step t+1
     # is in flight while step t's matmuls run (a step's x-projection is its matmul's accumulator,
     # which the dot waited for: a global load's latency on every step of the chain).
-    prefetched = [j for j in range(k) if len(list(a.args[n + j].uses))]
+    prefetched = sorted(a.xs_blocks)
 
-    def xs_tile(j, step_index):
-        w = xs_widths[j]
-        return load_tile(xs_ptrs[j], w, b.binary("arith.muli", step_index, b.const(a.rows * w, i32), i32))
+    def xs_tile(j, first, w, step_index):
+        row_width = xs_widths[j]
+        return load_tile(xs_ptrs[j], w, b.binary("arith.muli", step_index, b.const(a.rows * row_width, i32), i32), row_width, first)
 
     def step_of(i):
         return b.binary("arith.subi", last, i, i32) if a.reverse else i
 
     last = b.binary("arith.subi", length, b.const(1, i32), i32)
-    firsts = [xs_tile(j, step_of(b.const(0, i32))) for j in prefetched]
-    loop_types = [*carry_types, *(tensor_type((ROWS, xs_widths[j]), "f32", lay.tile) for j in prefetched)]
+    firsts = [xs_tile(*blk, step_of(b.const(0, i32))) for blk in prefetched]
+    loop_types = [*carry_types, *(tensor_type((ROWS, w), "f32", lay.tile) for _, _, w in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
     b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {length} step {b.const(1, i32)} "
            f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
@@ -417,57 +565,85 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     b.indent += 1
     step = step_of(t)
     values.update(zip(a.args[:n], iter_args[:n]))
-    values.update((a.args[n + j], x) for j, x in zip(prefetched, iter_args[n:]))
+    xs_values = {(a.args[n + j], first, w): x for (j, first, w), x in zip(prefetched, iter_args[n:])}
+    values.update((a.args[n + j], x) for (j, first, w), x in zip(prefetched, iter_args[n:]) if w == xs_widths[j])
     ahead = b.op(f"arith.minsi {b.binary('arith.addi', t, b.const(1, i32), i32)}, {last} : i32")
-    nexts = [xs_tile(j, step_of(ahead)) for j in prefetched]  # the last step loads its own slices again
+    nexts = [xs_tile(*blk, step_of(ahead)) for blk in prefetched]  # the last step loads its own slices again
     lhs_parts: dict = {}
+    computed: dict = {}  # (virtual value, first column, width) -> its block this step
+
+    def block_of(value, first, w):
+        """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
+        a virtual value's block computed from its operands' blocks."""
+        if (value, first, w) in xs_values:
+            return xs_values[(value, first, w)]
+        if value not in a.virtual:
+            return values[value]
+        if (value, first, w) not in computed:
+            op = _producer(value)
+            results = emit(op, first, w)
+            computed.update(((r, first, w), v) for r, v in zip(op.results, results))
+        return computed[(value, first, w)]
+
+    def emit(inner, first, w):
+        """The results of `inner` (a fill, matmul or row-wise generic) over columns [first, first + w)."""
+        name = inner.operation.name
+        if name == "linalg.fill":
+            scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
+            return [b.const(scalar, "f32", (ROWS, w), lay.tile)]
+        if name == "linalg.matmul":
+            _, m, init = inner.operands
+            out_ty = tensor_type((ROWS, w), "f32", lay.tile)
+            zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+            acc = zero if _zero_fill(init) else block_of(init, first, w)
+            product = None
+            for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
+                weight = blocks[(m, k0, kk, first, w)]
+                if not lay.explicit:
+                    acc = b.op(f"tt.dot {values[part]}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
+                               f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, w), 'f32')} -> {out_ty}")
+                    continue
+                lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
+                if part not in lhs_parts:
+                    converted = b.op(f"ttg.convert_layout {values[part]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
+                    lhs_parts[part] = split(converted, (ROWS, kk), lay.lhs)
+                (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[part], weight
+                rhs_ty = tensor_type((kk, w), "f32", lay.rhs)
+                dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
+                # three independent products: mma chains a third as deep as one chain through all three
+                small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
+                term = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
+                product = term if product is None else b.binary("arith.addf", product, term, out_ty)
+            if not lay.explicit:
+                return [acc]
+            return [product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)]
+        g = GenericBody(inner, "probe")  # a row-wise generic
+        g.b = b
+        body_values = {}
+        for arg, v, mp in zip(g.body.arguments, g.ins, g.maps):
+            scalar = _scalar_constant(v)
+            body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w), lay.tile) if scalar is not None
+                                else blocks[(v, first, w)] if _map_dims(mp) == [1] else block_of(v, first, w))
+        return g.run_body(None, body_values, {}, None, (ROWS, w))
+
     for inner in a.block.operations:
         name = inner.operation.name
         if name in ("tensor.empty", "arith.constant", "linalg.transpose"):
             continue  # a transposed weight was loaded so before the loop
         if name == "tidal.yield":
-            outs = [values[v] for v in inner.operands]
+            outs = [a.concats.get(v) or values[v] for v in inner.operands]  # a concat: its parts
             break
-        if name == "linalg.fill":
-            w = _shape(inner.results[0])[1]
-            scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
-            values[inner.results[0]] = b.const(scalar, "f32", (ROWS, w), lay.tile)
-        elif name == "linalg.matmul":
-            lhs, m, init = inner.operands
-            w, kk = _shape(inner.results[0])[1], _shape(lhs)[1]
-            acc = values[init] if init in values else b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
-            out_ty = tensor_type((ROWS, w), "f32", lay.tile)
-            if not lay.explicit:
-                values[inner.results[0]] = b.op(
-                    f"tt.dot {values[lhs]}, {values[m]}, {acc}, inputPrecision = {DOT_PRECISION} : {tensor_type((ROWS, kk), 'f32')} * "
-                    f"{tensor_type(_shape(m), 'f32')} -> {out_ty}")
-                continue
-            lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
-            if lhs not in lhs_parts:
-                converted = b.op(f"ttg.convert_layout {values[lhs]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
-                lhs_parts[lhs] = split(converted, (ROWS, kk), lay.lhs)
-            (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[lhs], values[m]
-            rhs_ty = tensor_type(_shape(m), "f32", lay.rhs)
-            dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
-            # three independent products: mma chains a third as deep as one chain through all three
-            zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
-            small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
-            product = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
-            values[inner.results[0]] = product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)
-        else:  # a row-wise generic
-            g = GenericBody(inner, "probe")
-            g.b = b
-            w = _shape(inner.results[0])[1]
-            body_values = {}
-            for arg, v in zip(g.body.arguments, g.ins):
-                scalar = _scalar_constant(v)
-                body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w), lay.tile) if scalar is not None
-                                    else vectors[v] if v in vectors else values[v])
-            for r, v in zip(inner.results, g.run_body(None, body_values, {}, None, (ROWS, w))):
-                values[r] = v
+        if name == "tensor.extract_slice":
+            values[inner.results[0]] = block_of(*a.slices[inner.results[0]])
+        elif name == "tensor.concat":
+            continue  # read in parts
+        elif inner.results[0] not in a.virtual:  # a virtual value is computed where a slice reads it
+            values.update(zip(inner.results, emit(inner, 0, _shape(inner.results[0])[1])))
     for j, (p, v) in enumerate(zip(ys_ptrs, outs[n:])):
-        w = _shape(ys[j])[1]
-        store_tile(p, v, w, b.binary("arith.muli", step, b.const(a.rows * w, i32), i32))
+        row_width = _shape(ys[j])[1]
+        base = b.binary("arith.muli", step, b.const(a.rows * row_width, i32), i32)
+        for part, first, w in v if isinstance(v, list) else [(v, 0, row_width)]:
+            store_tile(p, values[part] if isinstance(v, list) else part, w, base, row_width, first)
     b.emit(f"scf.yield {', '.join([*outs[:n], *nexts])} : {', '.join(loop_types)}")
     b.indent -= 1
     b.emit("}")
