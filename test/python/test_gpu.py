@@ -442,11 +442,11 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
         assert list((graph / part).glob("tidal_scan_rows_*.tt*ir")), part
 
 
-@pytest.mark.parametrize("kind,h", [("lstm", 64), ("gru", 64), ("mingru", 64), ("lstm", 32)])
+@pytest.mark.parametrize("kind,h", [("lstm", 64), ("gru", 64), ("mingru", 64), ("lstm", 32), ("lstm", 128), ("gru", 128)])
 def test_gated_cells_run_as_row_kernels_and_train(kind, h, tmp_path):
     """LSTM, GRU and minGRU steps split their gates with `chunk`: each gate is a column block of
     the row kernel, so forward and adjoint are ONE persistent kernel each (40 rows: a partial
-    block of 16); outputs and the gradients of x and every weight match the same cell written
+    block of 16; H = 128: weights streamed from L2 at every step); outputs and the gradients of x and every weight match the same cell written
     as a Python loop."""
     import sys
 

@@ -9,11 +9,13 @@ kernel is written at TTGIR level, with the weights held there (`_Layouts`).
 
 A step qualifies when every value in it is a [B, W] tile of the same B rows: carries [B, W], xs
 [T, B, W] scanned along dim 0, elementwise generics over [B, W] (a const vector [W] broadcast
-along the rows), matmuls of a tile by a const matrix. Rows never mix (a matmul contracts along the
-columns), so programs need no communication. A weight transposed in the step (an adjoint's Uᵀ) is
-loaded transposed. Widths are powers of two of at least 16 (`tt.dot`'s
-smallest tile), f32 only, and the matrices must fit in shared memory (`WEIGHT_BYTES_ON_CHIP`);
-anything else runs as the host loop.
+along the rows), matmuls of a tile by a const matrix, column slices (an LSTM's or GRU's `chunk` of
+its gates: see `_Analysis`) and concats of tiles along the columns (an adjoint's gate cotangents).
+Rows never mix (a matmul contracts along the columns), so programs need no communication. A
+weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile widths are powers of
+two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
+(`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones are streamed from L2 at
+every step in blocks of at most `STREAMED_BLOCK_BYTES`; anything else runs as the host loop.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ DOT_PRECISION = "tf32x3"
 # Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
 # failed to compile. Bigger weights run as the host loop instead.
 WEIGHT_BYTES_ON_CHIP = 192 * 1024
+# A weight block streamed at every step (`streamed`), f32: an RNN's [256, 256] U in one block
+# asked Triton for 256 KiB of shared memory; LSTM and GRU gate blocks of H = 128 take 64 KiB
+STREAMED_BLOCK_BYTES = 64 * 1024
 # Weights (both parts) that fit the registers per warp of the kernel (`_Layouts`): 16 KiB a warp
 # is 128 registers a thread, half the register file with one program an SM.
 REGISTER_WEIGHT_BYTES_PER_WARP = 16 * 1024
@@ -407,7 +412,12 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     """The persistent kernel of a row-wise scan (named by `new_name()`), or None when the step is
     not row-wise."""
     a = _Analysis(op)
-    if not a.check() or _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP:
+    if not a.check():
+        return None
+    # Weights past shared memory are read from global memory (L2) at every step, block by block;
+    # each block passes through shared memory on its way to the tensor cores
+    streamed = _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
+    if streamed and any(4 * kk * w > STREAMED_BLOCK_BYTES for _, _, kk, _, w in a.matrix_blocks):
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
@@ -508,24 +518,33 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     const_args = a.args[n + k :]
     values: dict = {}  # the tiles held whole
     blocks = {}  # a key of `a.matrix_blocks` or `a.vector_blocks` -> the loaded block
-    matrix_loads = []
 
     def shifted(v, size, first, enc):
         return v if not first else b.binary("arith.addi", v, b.splat(b.const(first, i32), i32, (size,), enc), vec(size, i32, enc))
 
-    for (m, k0, kk, first, w), c in a.matrix_blocks.items():
+    def load_matrix(key):
+        m, k0, kk, first, w = key
+        c = a.matrix_blocks[key]
         # element (i, j) of a [K, N] const is at i·N + j; of the transpose of an [N, K] one at j·K + i
         row_stride, col_stride = (1, _shape(m)[0]) if m in a.transposed else (_shape(m)[1], 1)
         scaled = lambda v, size, s, enc: v if s == 1 else b.binary(  # noqa: E731
             "arith.muli", v, b.splat(b.const(s, i32), i32, (size,), enc), vec(size, i32, enc))
-        r, cc = grid2d(scaled(shifted(arange(kk, lay.rhs_k), kk, k0, lay.rhs_k), kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
+        weight_rows = shifted(arange(kk, lay.rhs_k), kk, k0, lay.rhs_k)
+        if streamed:
+            # A streamed block's addresses are made to depend on the step: loop-invariant, they
+            # were hoisted out of the loop and held, 64-bit pointers, in registers for every block
+            # at once (LSTM H=128: 512 registers a thread)
+            weight_rows = b.binary("arith.addi", weight_rows, b.splat(b.binary("arith.muli", t, opaque_zero, i32), i32, (kk,), lay.rhs_k),
+                                   vec(kk, i32, lay.rhs_k))
+        r, cc = grid2d(scaled(weight_rows, kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
                        scaled(shifted(arange(w, lay.rhs_n), w, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
         off = b.binary("arith.addi", r, cc, tensor_type((kk, w), i32, lay.rhs))
-        matrix_loads.append(((m, k0, kk, first, w), pointers(const_ptrs[c], off, (kk, w), lay.rhs), (kk, w)))
-    for key, ptrs, shape in matrix_loads:  # once, before the loop (per step was 1.4x slower, IEEE dot)
-        blocks[key] = b.op(f"tt.load {ptrs} : {tensor_type(shape, '!tt.ptr<f32>', lay.rhs)}")
-        if lay.explicit:
-            blocks[key] = split(blocks[key], shape, lay.rhs)
+        loaded = b.op(f"tt.load {pointers(const_ptrs[c], off, (kk, w), lay.rhs)} : {tensor_type((kk, w), '!tt.ptr<f32>', lay.rhs)}")
+        return split(loaded, (kk, w), lay.rhs) if lay.explicit else loaded
+
+    if not streamed:
+        for key in a.matrix_blocks:  # once, before the loop (per step was 1.4x slower, IEEE dot)
+            blocks[key] = load_matrix(key)
     for v, first, w in sorted(a.vector_blocks, key=lambda blk: (a.const_index(blk[0]), blk[1])):
         c = a.const_index(v)
         cols = shifted(arange(w, lay.cols), w, first, lay.cols)
@@ -556,6 +575,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         return b.binary("arith.subi", last, i, i32) if a.reverse else i
 
     last = b.binary("arith.subi", length, b.const(1, i32), i32)
+    opaque_zero = b.binary("arith.divsi", length, b.binary("arith.addi", length, b.const(1, i32), i32), i32)  # T / (T + 1), T >= 1
     firsts = [xs_tile(*blk, step_of(b.const(0, i32))) for blk in prefetched]
     loop_types = [*carry_types, *(tensor_type((ROWS, w), "f32", lay.tile) for _, _, w in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
@@ -598,7 +618,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             acc = zero if _zero_fill(init) else block_of(init, first, w)
             product = None
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
-                weight = blocks[(m, k0, kk, first, w)]
+                key = (m, k0, kk, first, w)
+                if key not in blocks:  # streamed: loaded where this step uses it
+                    blocks[key] = load_matrix(key)
+                weight = blocks[key]
                 if not lay.explicit:
                     acc = b.op(f"tt.dot {values[part]}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
                                f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, w), 'f32')} -> {out_ty}")
@@ -650,5 +673,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for i, (p, w) in enumerate(zip(out_ptrs, widths)):
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
+    if streamed:
+        # Triton's pipeliner would multi-buffer every streamed block in shared memory (LSTM
+        # H=128: 2 x 64 KiB per gate block, 528 KiB in all): one block at a time instead
+        kernel.num_stages = 1
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows)
