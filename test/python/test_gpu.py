@@ -489,21 +489,23 @@ def test_row_kernel_carries_nans_in_their_rows_only():
     assert ys.isnan().sum() == ys[:, 3].numel() + ys[4:, 17].numel()
 
 
-def test_a_scan_whose_weights_do_not_fit_on_chip_matches_eager_on_cuda(tmp_path):
-    """H = 256: U does not fit in shared memory (row_scan.WEIGHT_BYTES_ON_CHIP; Triton refused the
-    kernel), so the scan runs as the host loop of its step's kernels, and matches eager."""
+@pytest.mark.parametrize("h", [256, 512])
+def test_a_scan_whose_weights_do_not_fit_on_chip_matches_eager_on_cuda(h, tmp_path):
+    """H = 256: U does not fit in shared memory (row_scan.WEIGHT_BYTES_ON_CHIP), so the row kernel
+    streams it from L2 at every step; H = 512 (past STREAMED_WEIGHT_BYTES) runs as the host loop
+    of its step's kernels. Both match eager."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
     from cases import make_rnn, rnn_inputs
 
-    model = make_rnn("scan", 256, "cuda")
-    inputs = rnn_inputs(16, 32, 256, "cuda")
+    model = make_rnn("scan", h, "cuda")
+    inputs = rnn_inputs(16, 40, h, "cuda")
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="tidal", fullgraph=True, options={**STRICT, "dump_dir": str(tmp_path)})
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
-    assert not list(tmp_path.glob("graph*/tidal_scan_rows_*.tt*ir"))
+    assert bool(list(tmp_path.glob("graph*/tidal_scan_rows_*.tt*ir"))) == (h == 256)
 
 
 def _cond_clamp(x):

@@ -14,8 +14,9 @@ its gates: see `_Analysis`) and concats of tiles along the columns (an adjoint's
 Rows never mix (a matmul contracts along the columns), so programs need no communication. A
 weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile widths are powers of
 two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
-(`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones are streamed from L2 at
-every step in blocks of at most `STREAMED_BLOCK_BYTES`; anything else runs as the host loop.
+(`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones, up to
+`STREAMED_WEIGHT_BYTES`, are streamed from L2 at every step, a K chunk at a time; anything else
+runs as the host loop.
 """
 
 from __future__ import annotations
@@ -37,9 +38,15 @@ DOT_PRECISION = "tf32x3"
 # Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
 # failed to compile. Bigger weights run as the host loop instead.
 WEIGHT_BYTES_ON_CHIP = 192 * 1024
-# A weight block streamed at every step (`streamed`), f32: an RNN's [256, 256] U in one block
-# asked Triton for 256 KiB of shared memory; LSTM and GRU gate blocks of H = 128 take 64 KiB
-STREAMED_BLOCK_BYTES = 64 * 1024
+# Weights past shared memory are streamed from L2 at every step (`streamed_products`), in chunks
+# of STREAM_K rows. H200, B=32 H=128 T=128 (U 256 KiB): LSTM forward 1.19 ms with chunks of 16
+# rows, 1.47 with 32; whole [128, 128] gate blocks through Triton's own conversions 2.11 (255
+# registers and spills); the host loop 2.39. With 1 MiB (LSTM H=256, B=64 T=512) streaming took
+# 24.2 ms, about twice the host loop: past STREAMED_WEIGHT_BYTES (f32) the scan takes the host loop.
+STREAM_K = 16
+STREAMED_WEIGHT_BYTES = 256 * 1024
+# the left-hand side's copy in shared memory, read back a K chunk at a time (`streamed_products`)
+LHS_SHARED = "#lhs_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
 # Weights (both parts) that fit the registers per warp of the kernel (`_Layouts`): 16 KiB a warp
 # is 128 registers a thread, half the register file with one program an SM.
 REGISTER_WEIGHT_BYTES_PER_WARP = 16 * 1024
@@ -135,6 +142,7 @@ class _Analysis:
         # first column, width); never held whole: a matmul reads it part by part (the products
         # by the weight's row blocks, added), a stacked output stores it part by part
         self.concats: dict = {}
+        self.matmul_columns: dict = {}  # a matmul's result -> the column blocks (first, width) computed
 
     def const_index(self, value) -> int | None:
         for i, a in enumerate(self.args[self.n + self.k :]):
@@ -270,6 +278,7 @@ class _Analysis:
 
     def _matrix_blocks(self, matmul, c0: int, w: int):
         m = matmul.operands[1]
+        self.matmul_columns.setdefault(matmul.results[0], set()).add((c0, w))
         for _, k0, kk in self.lhs_parts(matmul):
             self.matrix_blocks[(m, k0, kk, c0, w)] = self.transposed.get(m, self.const_index(m))
 
@@ -400,11 +409,12 @@ class _Layouts:
         return self.rhs
 
 
-def _layouts(a: "_Analysis") -> _Layouts:
+def _layouts(a: "_Analysis", streamed: bool) -> _Layouts:
     """Explicit layouts where the weights fit the registers: at most half the register file
-    (128 KiB at 8 warps; the bench RNN's [128, 128] U takes 128 registers a thread of 247)."""
+    (128 KiB at 8 warps; the bench RNN's [128, 128] U takes 128 registers a thread of 247), and
+    where they are streamed (each chunk loaded straight into its tt.dot operand layout)."""
     warps = max(1, min(NUM_WARPS, min(_tile_widths(a)) // 8))  # no mma tile wider than a value
-    explicit = _weight_bytes(a) <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
+    explicit = streamed or _weight_bytes(a) <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
     return _Layouts(explicit, warps if explicit else NUM_WARPS)
 
 
@@ -414,18 +424,17 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     a = _Analysis(op)
     if not a.check():
         return None
-    # Weights past shared memory are read from global memory (L2) at every step, block by block;
-    # each block passes through shared memory on its way to the tensor cores
+    # Weights past shared memory are read from global memory (L2) at every step, chunk by chunk
     streamed = _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
-    if streamed and any(4 * kk * w > STREAMED_BLOCK_BYTES for _, _, kk, _, w in a.matrix_blocks):
+    if streamed and _weight_bytes(a) // 2 > STREAMED_WEIGHT_BYTES:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
-    lay = _layouts(a)
+    lay = _layouts(a, streamed)
     b = KernelBuilder(new_name())
     b.warps = lay.warps
     if lay.explicit:
-        b.encoding, b.aliases = lay.tile, [lay.alias]
+        b.encoding, b.aliases = lay.tile, [lay.alias, "#smem = #ttg.shared_memory", LHS_SHARED]
     init_ptrs = [b.pointer_arg(f"init{i}", "f32") for i in range(n)]
     xs_ptrs = [b.pointer_arg(f"xs{i}", "f32") for i in range(k)]
     const_ptrs = {c: b.pointer_arg(f"const{c}", "f32") for c in consts}
@@ -522,18 +531,20 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     def shifted(v, size, first, enc):
         return v if not first else b.binary("arith.addi", v, b.splat(b.const(first, i32), i32, (size,), enc), vec(size, i32, enc))
 
-    def load_matrix(key):
+    def load_matrix(key, block_key=None):
+        """Rows [k0, k0 + kk) and columns [first, first + w) of a weight (of the block
+        `block_key` of `a.matrix_blocks`: a streamed chunk of it)."""
         m, k0, kk, first, w = key
-        c = a.matrix_blocks[key]
+        c = a.matrix_blocks[block_key or key]
         # element (i, j) of a [K, N] const is at i·N + j; of the transpose of an [N, K] one at j·K + i
         row_stride, col_stride = (1, _shape(m)[0]) if m in a.transposed else (_shape(m)[1], 1)
         scaled = lambda v, size, s, enc: v if s == 1 else b.binary(  # noqa: E731
             "arith.muli", v, b.splat(b.const(s, i32), i32, (size,), enc), vec(size, i32, enc))
         weight_rows = shifted(arange(kk, lay.rhs_k), kk, k0, lay.rhs_k)
         if streamed:
-            # A streamed block's addresses are made to depend on the step: loop-invariant, they
-            # were hoisted out of the loop and held, 64-bit pointers, in registers for every block
-            # at once (LSTM H=128: 512 registers a thread)
+            # A streamed chunk's addresses are made to depend on the step: loop-invariant, they
+            # are hoisted out of the loop and held, 64-bit pointers, in registers for every chunk
+            # at once
             weight_rows = b.binary("arith.addi", weight_rows, b.splat(b.binary("arith.muli", t, opaque_zero, i32), i32, (kk,), lay.rhs_k),
                                    vec(kk, i32, lay.rhs_k))
         r, cc = grid2d(scaled(weight_rows, kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
@@ -591,6 +602,40 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     nexts = [xs_tile(*blk, step_of(ahead)) for blk in prefetched]  # the last step loads its own slices again
     lhs_parts: dict = {}
     computed: dict = {}  # (virtual value, first column, width) -> its block this step
+    chunked: dict = {}  # a streamed matmul's result -> {(first, width): its product this step}
+
+    def streamed_products(matmul):
+        """Every column block of a matmul by a streamed weight, K chunk by K chunk: the left-hand
+        side passes through shared memory once and is read back a chunk at a time, each chunk
+        meets the weight's [STREAM_K, w] blocks of every column block, loaded straight into the
+        tt.dot operand layout. What a thread holds at once is a chunk, not the [16, K] operand
+        and a [K, w] block (LSTM H = 128 held both, in three parts each: 255 registers and
+        spills)."""
+        m = matmul.operands[1]
+        columns = sorted(a.matmul_columns[matmul.results[0]])
+        big, small = {}, {}
+        for part, k0, kk in a.lhs_parts(matmul):
+            chunk = min(STREAM_K, kk)
+            tile_ty = tensor_type((ROWS, kk), "f32", lay.tile)
+            desc = f"!ttg.memdesc<{ROWS}x{kk}xf32, #lhs_smem, #smem>"
+            stored = b.op(f"ttg.local_alloc {values[part]} : ({tile_ty}) -> {desc}")
+            for kc in range(0, kk, chunk):
+                lhs_ty = tensor_type((ROWS, chunk), "f32", lay.lhs)
+                sub, sub_desc = stored, desc
+                if chunk != kk:
+                    sub_desc = f"!ttg.memdesc<{ROWS}x{chunk}xf32, #lhs_smem, #smem, {ROWS}x{kk}>"
+                    sub = b.op(f"ttg.memdesc_subslice {stored} [0, {kc}] : {desc} -> {sub_desc}")
+                a_hi, a_lo = split(b.op(f"ttg.local_load {sub} : {sub_desc} -> {lhs_ty}"), (ROWS, chunk), lay.lhs)
+                for first, w in columns:
+                    m_hi, m_lo = load_matrix((m, k0 + kc, chunk, first, w), block_key=(m, k0, kk, first, w))
+                    out_ty = tensor_type((ROWS, w), "f32", lay.tile)
+                    rhs_ty = tensor_type((chunk, w), "f32", lay.rhs)
+                    zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+                    dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
+                    # two independent chains a block: the big product and the two small ones
+                    big[(first, w)] = dot(a_hi, m_hi, big.get((first, w), zero))
+                    small[(first, w)] = dot(a_hi, m_lo, dot(a_lo, m_hi, small.get((first, w), zero)))
+        return {key: b.binary("arith.addf", big[key], small[key], tensor_type((ROWS, key[1]), "f32", lay.tile)) for key in columns}
 
     def block_of(value, first, w):
         """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
@@ -616,12 +661,14 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             out_ty = tensor_type((ROWS, w), "f32", lay.tile)
             zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
             acc = zero if _zero_fill(init) else block_of(init, first, w)
+            if streamed:
+                if inner.results[0] not in chunked:
+                    chunked[inner.results[0]] = streamed_products(inner)
+                product = chunked[inner.results[0]][(first, w)]
+                return [product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)]
             product = None
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
-                key = (m, k0, kk, first, w)
-                if key not in blocks:  # streamed: loaded where this step uses it
-                    blocks[key] = load_matrix(key)
-                weight = blocks[key]
+                weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
                     acc = b.op(f"tt.dot {values[part]}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
                                f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, w), 'f32')} -> {out_ty}")
@@ -673,9 +720,5 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     for i, (p, w) in enumerate(zip(out_ptrs, widths)):
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
-    if streamed:
-        # Triton's pipeliner would multi-buffer every streamed block in shared memory (LSTM
-        # H=128: 2 x 64 KiB per gate block, 528 KiB in all): one block at a time instead
-        kernel.num_stages = 1
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows)

@@ -124,7 +124,7 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
         from triton.runtime import driver
 
         device = driver.active.get_current_device()
-    key = (kernel.text, tuple(kernel.signature.items()), target or device, kernel.num_warps, kernel.num_stages)
+    key = (kernel.text, tuple(kernel.signature.items()), target or device, kernel.num_warps)
     if key not in _compiled:
         gpu_target = GPUTarget(target[0], target[1], 32) if target else None
         text = kernel.text
@@ -134,11 +134,10 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
 
                 gpu_target = driver.active.get_current_target()
             text = text.replace(TARGET_PLACEHOLDER, f"{gpu_target.backend}:{gpu_target.arch}")
-        options = {"num_warps": kernel.num_warps, "enable_fp_fusion": False}
-        if kernel.num_stages is not None:
-            options["num_stages"] = kernel.num_stages
         try:
-            _compiled[key] = triton_compile(_source(kernel, text), target=gpu_target, options=options)
+            _compiled[key] = triton_compile(
+                _source(kernel, text), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
+            )
         except RuntimeError as exc:
             from tidal.diagnostics import TidalUnsupported
 

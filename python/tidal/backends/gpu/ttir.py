@@ -64,8 +64,7 @@ TARGET_PLACEHOLDER = "@TARGET@"
 @dataclass
 class Kernel:
     """A kernel's TTIR text and what a launch needs: the signature (argument name -> Triton type)
-    in argument order, and options (num_warps; num_stages where Triton's software pipelining must
-    not multi-buffer the loop's loads, None: Triton's default). `stage` "ttgir": the text has explicit layouts
+    in argument order, and options (num_warps). `stage` "ttgir": the text has explicit layouts
     (a module of TritonGPU types that Triton's layout passes never see)."""
 
     name: str
@@ -73,7 +72,6 @@ class Kernel:
     signature: dict[str, str]
     num_warps: int = 4
     stage: str = "ttir"
-    num_stages: int | None = None
     location: object = None  # the op's source location, for errors (set when the plan takes it)
 
 
