@@ -400,7 +400,7 @@ def test_tanh_is_branch_free():
     assert not re.search(r"\bbra\b", body), body
 
 
-@pytest.mark.parametrize("kind,h", [("lstm", 32), ("gru", 32), ("lstm", 128)])
+@pytest.mark.parametrize("kind,h", [("lstm", 32), ("gru", 32), ("lstm", 128), ("ln_lstm", 32), ("residual_rnn", 32)])
 def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_torch_compile, kind, h):
     """LSTM and GRU steps split their gates with `chunk`: each gate is a column block of the row
     kernel (its own product by U's column block, its bias block, its xs columns), never the whole
@@ -431,7 +431,9 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
         ttgir = kernel_asm(rows[0], "ttgir", ("cuda", 90))
         # per gate, three TF32 products (hi·hi, hi·lo, lo·hi) inside the time loop
         loop = ttgir.index("scf.for")
-        if h == 32:
+        if kind in ("ln_lstm", "residual_rnn"):  # LayerNorm: row reductions inside the loop
+            assert ttgir.count('"tt.reduce"', loop) >= 2, ttgir
+        elif h == 32:
             assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind], ttgir
         else:  # U streamed in K chunks of 16 rows: per gate block and chunk, three products
             chunks = len(re.findall(r"tt\.load %\w+ : tensor<16x128x!tt\.ptr<f32>", ttgir[loop:]))
@@ -441,24 +443,31 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
         assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
 
-def test_a_slice_of_a_carry_leaves_the_row_kernel(gpu_programs_of_torch_compile):
-    """Registers hold a carry whole: a step reading a column slice of it runs as the host loop
-    (its kernels valid), not a kernel that slices what it cannot."""
-    import torch
+def _carry_halves_swapped(h0, xs, u):
     from torch._higher_order_ops import scan
 
-    def halves(h0, xs, u):
-        def step(h, x):
-            left, right = h.chunk(2, dim=-1)
-            h = torch.tanh(x + torch.cat([right, left], -1) @ u)
-            return h, h.clone()
+    import torch
 
-        return scan(step, h0, xs)
+    def step(h, x):
+        left, right = h.chunk(2, dim=-1)
+        h = torch.tanh(x + torch.cat([right, left], -1) @ u)
+        return h, h.clone()
 
-    _compile_on_cpu_for_the_gpu(halves, [(torch.zeros(16, 32), torch.randn(6, 16, 32), torch.randn(32, 32) * 0.1)])
-    (program,) = gpu_programs_of_torch_compile
+    return scan(step, h0, xs)
+
+
+def test_a_step_slicing_its_carry_is_one_row_kernel():
+    """Registers cannot slice a tile: a step reading column slices of its carry (and a concat of
+    them as a matmul's left-hand side) copies the carry to shared memory and reads the slices
+    back, inside the one row kernel."""
+    import torch
+
+    program = _traced_gpu_program(_carry_halves_swapped, torch.zeros(16, 32), torch.randn(6, 16, 32), torch.randn(32, 32) * 0.1)
     kernels = program.kernels_for_emit()
-    assert kernels and not [k.name for k in kernels if "scan_rows" in k.name], [k.name for k in kernels]
+    assert [k.name for k in kernels] == ["tidal_scan_rows_1"], [k.name for k in kernels]
+    ttgir = kernel_asm(kernels[0], "ttgir", ("cuda", 90))
+    assert ttgir.count("ttg.memdesc_subslice", ttgir.index("scf.for")) == 2, ttgir
+    assert f".entry {kernels[0].name}(" in kernel_asm(kernels[0], "ptx", ("cuda", 90))
 
 
 def _wide_two_matrix_scan(h0, xs, u1, u2):

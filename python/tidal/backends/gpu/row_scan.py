@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from tidal.backends.gpu.kernels import GenericBody, _map_dims
+from tidal.backends.gpu.kernels import GenericBody, _map_dims, split_combiners
 from tidal.backends.gpu.ttir import Kernel, KernelBuilder, round_to_tf32, tensor_type
 
 ROWS = 16  # batch rows per program: tt.dot's smallest M (32 rows ran 2.5x slower: half the programs)
@@ -86,6 +86,18 @@ def _producer(value):
     return None if isinstance(owner, ir.Block) else owner
 
 
+F32_COMBINERS = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")
+
+
+def _zero_fill_or_constant(value) -> bool:
+    """`value` is a linalg.fill of a constant (a reduction's initial value)."""
+    fill = _producer(value)
+    if fill is None or fill.operation.name != "linalg.fill":
+        return False
+    constant = _producer(fill.operands[0])
+    return constant is not None and constant.operation.name == "arith.constant"
+
+
 def _scalar_constant(value) -> tuple[str, str] | None:
     """(value text, element type) of a 0-d tensor constant, else None."""
     op = _producer(value)
@@ -142,6 +154,9 @@ class _Analysis:
         # first column, width); never held whole: a matmul reads it part by part (the products
         # by the weight's row blocks, added), a stacked output stores it part by part
         self.concats: dict = {}
+        self.reductions: set = set()  # the row reductions (generics into [B, 1])
+        self.held_slices: set = set()  # held tiles some of whose column blocks are read
+        self.held_concats: set = set()  # concats also held whole
         self.matmul_columns: dict = {}  # a matmul's result -> the column blocks (first, width) computed
 
     def const_index(self, value) -> int | None:
@@ -234,6 +249,7 @@ class _Analysis:
         column blocks of xs, weights and vectors the kernel loads."""
         for inner in reversed(ops):
             if inner.operation.name in ("linalg.generic", "linalg.matmul", "linalg.fill") and \
+                    inner not in self.reductions and not any(self._statistic(r) for r in inner.results) and \
                     all(self._read_in_slices(r) for r in inner.results):
                 self.virtual.update(inner.results)
         n_carries = self.n
@@ -244,10 +260,13 @@ class _Analysis:
                 r = inner.results[0]
                 if any(not ((u.owner.operation.name == "linalg.matmul" and u.operand_number == 0) or
                             (u.owner.operation.name == "tidal.yield" and u.operand_number >= n_carries)) for u in r.uses):
-                    return False  # read whole only by a matmul (in parts) or stored as a stacked output
+                    # read whole by other ops too: assembled in shared memory and held
+                    if not self._tile_shaped(r):
+                        return False
+                    self.held_concats.add(r)
                 continue
             for r in inner.results:
-                if r not in self.virtual and not self._tile_shaped(r):
+                if r not in self.virtual and not self._tile_shaped(r) and not self._statistic(r):
                     return False
             if inner.operation.name == "linalg.matmul" and inner.results[0] not in self.virtual:
                 _, m, init = inner.operands
@@ -263,7 +282,8 @@ class _Analysis:
                         self.vector_blocks.add((v, 0, _shape(v)[0]))
         for j, arg in enumerate(self.args[self.n : self.n + self.k]):
             if any(not self._slice_read(u) for u in arg.uses):
-                if not _width_ok(_shape(self.operands[self.n + j], dynamic_first=True)[2]):
+                width = _shape(self.operands[self.n + j], dynamic_first=True)[2]
+                if not _width_ok(width) and width != 1:  # 1: a statistic saved by the forward
                     return False
                 self.xs_blocks.add((j, 0, _shape(self.operands[self.n + j], dynamic_first=True)[2]))
         if any(v in self.virtual for v in terminator.operands):
@@ -306,7 +326,9 @@ class _Analysis:
             self.xs_blocks.add((j, c0, w))
             return True
         if value not in self.virtual:
-            return c0 == 0 and _shape(value)[-1] == w  # a held tile: whole, or not at all
+            if c0 or _shape(value)[-1] != w:  # columns of a held tile: read back through shared memory
+                self.held_slices.add(value)
+            return True
         op = _producer(value)
         name = op.operation.name
         if name == "linalg.fill":
@@ -331,14 +353,28 @@ class _Analysis:
     def _tile_shaped(self, value) -> bool:
         return self._row_shaped(value) and _width_ok(_shape(value)[1])
 
+    def _statistic(self, value) -> bool:
+        """A [B, 1] value: one number a row (a LayerNorm's mean), held as a [ROWS, 1] tile."""
+        return self._row_shaped(value) and _shape(value)[1] == 1
+
     def _rowwise_generic(self, op, rowed) -> bool:
         g = GenericBody(op, "probe")
-        if g.reduction or g.captured or len(g.iterators) != 2:
+        if g.captured or len(g.iterators) != 2:
+            return False
+        if g.reduction:  # a row reduction (over the columns) into [B, 1], from a fill
+            combiners = split_combiners(op)
+            if "reduction" not in str(g.iterators[1]) or combiners is None or \
+                    any(c.operation.name not in F32_COMBINERS for c in combiners) or \
+                    any(_map_dims(m) != [0, None] for m in g.maps[len(g.ins):]) or \
+                    not all(self._statistic(r) and _zero_fill_or_constant(v) for r, v in zip(op.results, g.outs)):
+                return False
+            self.reductions.add(op)
+        elif any(_map_dims(m) != [0, 1] for m in g.maps[len(g.ins):]):
             return False
         if any(inner.operation.name in ("linalg.index", "tensor.extract") for inner in g.body.operations):
             return False
         n_in = len(g.ins)
-        if any(len(list(g.body.arguments[n_in + j].uses)) for j in range(len(g.outs))):
+        if not g.reduction and any(len(list(g.body.arguments[n_in + j].uses)) for j in range(len(g.outs))):
             return False
         if not all(self._row_shaped(r) for r in op.results):
             return False
@@ -346,6 +382,8 @@ class _Analysis:
             dims = _map_dims(m)
             if dims == [0, 1] and v in rowed:
                 continue
+            if dims == [0, None] and v in rowed and self._statistic(v):
+                continue  # a row's statistic, broadcast along the columns
             if dims == [] and _scalar_constant(v) is not None:
                 continue  # a 0-d constant (the 1 of `1 - h²`): splat
             c = self.const_index(v)
@@ -353,7 +391,7 @@ class _Analysis:
                 self.vectors.add(c)
                 continue
             return False
-        return all(_map_dims(m) == [0, 1] for m in g.maps[n_in:])
+        return True
 
 
 def _weight_bytes(a: "_Analysis") -> int:
@@ -370,7 +408,7 @@ def _tile_widths(a: "_Analysis") -> set[int]:
             continue
         widths |= {_shape(r)[1] for r in inner.results if r not in a.virtual and r not in a.concats and _shape(r) is not None
                    and len(_shape(r)) == 2}
-    return widths
+    return widths - {1}  # a statistic's [ROWS, 1] tile repeats along the layout's columns
 
 
 class _Layouts:
@@ -431,6 +469,8 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
     lay = _layouts(a, streamed)
+    if (a.held_slices or a.held_concats) and not lay.explicit:
+        return None  # tiles in registers are sliced and joined through shared memory: TTGIR only
     b = KernelBuilder(new_name())
     b.warps = lay.warps
     if lay.explicit:
@@ -603,6 +643,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     lhs_parts: dict = {}
     computed: dict = {}  # (virtual value, first column, width) -> its block this step
     chunked: dict = {}  # a streamed matmul's result -> {(first, width): its product this step}
+    stored_tiles: dict = {}  # a held tile -> its copy in shared memory this step
 
     def streamed_products(matmul):
         """Every column block of a matmul by a streamed weight, K chunk by K chunk: the left-hand
@@ -643,7 +684,17 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         if (value, first, w) in xs_values:
             return xs_values[(value, first, w)]
         if value not in a.virtual:
-            return values[value]
+            if first == 0 and _shape(value)[1] == w:
+                return values[value]
+            if (value, first, w) not in computed:  # through shared memory: registers cannot be sliced
+                full = _shape(value)[1]
+                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #lhs_smem, #smem>"
+                if value not in stored_tiles:
+                    stored_tiles[value] = b.op(f"ttg.local_alloc {values[value]} : ({tensor_type((ROWS, full), 'f32', lay.tile)}) -> {desc}")
+                sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #lhs_smem, #smem, {ROWS}x{full}>"
+                sub = b.op(f"ttg.memdesc_subslice {stored_tiles[value]} [0, {first}] : {desc} -> {sub_desc}")
+                computed[(value, first, w)] = b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((ROWS, w), 'f32', lay.tile)}")
+            return computed[(value, first, w)]
         if (value, first, w) not in computed:
             op = _producer(value)
             results = emit(op, first, w)
@@ -689,12 +740,39 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             return [product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)]
         g = GenericBody(inner, "probe")  # a row-wise generic
         g.b = b
+        reduction = inner in a.reductions
+        if reduction:  # over the columns of its [B, W] inputs, into a [B, 1] statistic
+            w = next(_shape(v)[1] for v, mp in zip(g.ins, g.maps) if _map_dims(mp) == [0, 1])
         body_values = {}
         for arg, v, mp in zip(g.body.arguments, g.ins, g.maps):
-            scalar = _scalar_constant(v)
-            body_values[arg] = (b.const(scalar[0], scalar[1], (ROWS, w), lay.tile) if scalar is not None
-                                else blocks[(v, first, w)] if _map_dims(mp) == [1] else block_of(v, first, w))
-        return g.run_body(None, body_values, {}, None, (ROWS, w))
+            scalar, dims = _scalar_constant(v), _map_dims(mp)
+            if scalar is not None:
+                body_values[arg] = b.const(scalar[0], scalar[1], (ROWS, w), lay.tile)
+            elif dims == [1]:
+                body_values[arg] = blocks[(v, first, w)]
+            elif dims == [0, None]:  # a statistic, along the columns
+                body_values[arg] = b.op(f"tt.broadcast {values[v]} : {tensor_type((ROWS, 1), 'f32', lay.tile)} -> "
+                                        f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
+            else:
+                body_values[arg] = block_of(v, first, w)
+        if not reduction:
+            return g.run_body(None, body_values, {}, None, (ROWS, w))
+        combiners = split_combiners(inner)
+        g.run_body(None, body_values, {}, None, (ROWS, w), stop={c: None for c in combiners})
+        statistics = []
+        column_ty = tensor_type((ROWS, 1), "f32", lay.tile)
+        for j, c in enumerate(combiners):
+            lhs, rhs = c.operands
+            term = body_values[rhs if lhs == g.body.arguments[len(g.ins) + j] else lhs]
+            red, p, q, folded = b.fresh(), b.fresh(), b.fresh(), b.fresh()
+            b.emit(f'{red} = "tt.reduce"({term}) <{{axis = 1 : i32}}> ({{')
+            b.emit(f"^bb0({p}: f32, {q}: f32):")
+            b.emit(f"  {folded} = {c.operation.name} {p}, {q} : f32")
+            b.emit(f"  tt.reduce.return {folded} : f32")
+            b.emit(f"}}) : ({tensor_type((ROWS, w), 'f32', lay.tile)}) -> {vec(ROWS, 'f32', lay.rows)}")
+            column = b.op(f"tt.expand_dims {red} {{axis = 1 : i32}} : {vec(ROWS, 'f32', lay.rows)} -> {column_ty}")
+            statistics.append(b.binary(c.operation.name, values[g.outs[j]], column, column_ty))
+        return statistics
 
     for inner in a.block.operations:
         name = inner.operation.name
@@ -706,7 +784,16 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         if name == "tensor.extract_slice":
             values[inner.results[0]] = block_of(*a.slices[inner.results[0]])
         elif name == "tensor.concat":
-            continue  # read in parts
+            if inner.results[0] in a.held_concats:  # the parts stored side by side, read back whole
+                full = _shape(inner.results[0])[1]
+                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #lhs_smem, #smem, mutable>"
+                buffer = b.op(f"ttg.local_alloc : () -> {desc}")
+                for part, first, w in a.concats[inner.results[0]]:
+                    sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #lhs_smem, #smem, mutable, {ROWS}x{full}>"
+                    sub = b.op(f"ttg.memdesc_subslice {buffer} [0, {first}] : {desc} -> {sub_desc}")
+                    b.emit(f"ttg.local_store {values[part]}, {sub} : {tensor_type((ROWS, w), 'f32', lay.tile)} -> {sub_desc}")
+                values[inner.results[0]] = b.op(f"ttg.local_load {buffer} : {desc} -> {tensor_type((ROWS, full), 'f32', lay.tile)}")
+            continue  # else read in parts
         elif inner.results[0] not in a.virtual:  # a virtual value is computed where a slice reads it
             values.update(zip(inner.results, emit(inner, 0, _shape(inner.results[0])[1])))
     for j, (p, v) in enumerate(zip(ys_ptrs, outs[n:])):
