@@ -10,8 +10,8 @@ kernel is written at TTGIR level, with the weights held there (`_Layouts`).
 A step qualifies when every value in it is a [B, W] tile of the same B rows: carries [B, W], xs
 [T, B, W] scanned along dim 0, elementwise generics over [B, W] (a const vector [W] broadcast
 along the rows), matmuls of a tile by a const matrix, column slices (an LSTM's or GRU's `chunk` of
-its gates: see `_Analysis`) and concats of tiles along the columns (an adjoint's gate cotangents).
-Rows never mix (a matmul contracts along the columns), so programs need no communication. A
+its gates: see `_Analysis`), concats of tiles along the columns (an adjoint's gate cotangents) and
+reductions along the columns into [B, 1] statistics (a LayerNorm's). Rows never mix (a matmul contracts along the columns), so programs need no communication. A
 weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile widths are powers of
 two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
 (`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones, up to
@@ -36,17 +36,19 @@ DOT_PRECISION = "tf32x3"
 # The weights stay in shared memory for the whole loop, each as its TF32 high and low parts: an
 # [H, H] matrix takes 8·H² bytes (H = 128: 128 KiB). H100 and H200 have 227 KiB per SM, and
 # Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
-# failed to compile. Bigger weights run as the host loop instead.
+# failed to compile. Bigger weights are streamed (below).
 WEIGHT_BYTES_ON_CHIP = 192 * 1024
 # Weights past shared memory are streamed from L2 at every step (`streamed_products`), in chunks
 # of STREAM_K rows. H200, B=32 H=128 T=128 (U 256 KiB): LSTM forward 1.19 ms with chunks of 16
 # rows, 1.47 with 32; whole [128, 128] gate blocks through Triton's own conversions 2.11 (255
 # registers and spills); the host loop 2.39. With 1 MiB (LSTM H=256, B=64 T=512) streaming took
-# 24.2 ms, about twice the host loop: past STREAMED_WEIGHT_BYTES (f32) the scan takes the host loop.
+# 24.2 ms (cuDNN 9.0), where the host loop took 5.86 ms for half the steps (T=256, issue #43):
+# past STREAMED_WEIGHT_BYTES (f32) the scan takes the host loop.
 STREAM_K = 16
 STREAMED_WEIGHT_BYTES = 256 * 1024
-# the left-hand side's copy in shared memory, read back a K chunk at a time (`streamed_products`)
-LHS_SHARED = "#lhs_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
+# tiles copied to shared memory and read back in column blocks: a streamed matmul's left-hand
+# side (K chunks), a held tile's slices, a concat's parts
+TILE_SHARED = "#tile_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
 # Weights (both parts) that fit the registers per warp of the kernel (`_Layouts`): 16 KiB a warp
 # is 128 registers a thread, half the register file with one program an SM.
 REGISTER_WEIGHT_BYTES_PER_WARP = 16 * 1024
@@ -129,6 +131,8 @@ class _Analysis:
     value read only through slices is never held whole (`virtual`); each slice is computed from
     the same slice of its operands (an xs tile's columns, a weight's columns, a bias vector's),
     so a [B, 4H] gate tile is four [B, H] tiles and its matmul four products by U's column blocks.
+    Columns of a value held whole anyway (a carry; a tile a reduction reads) are read back through
+    shared memory (`held_slices`), as a concat read whole is assembled there (`held_concats`).
     """
 
     def __init__(self, op):
@@ -474,7 +478,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     b = KernelBuilder(new_name())
     b.warps = lay.warps
     if lay.explicit:
-        b.encoding, b.aliases = lay.tile, [lay.alias, "#smem = #ttg.shared_memory", LHS_SHARED]
+        b.encoding, b.aliases = lay.tile, [lay.alias, "#smem = #ttg.shared_memory", TILE_SHARED]
     init_ptrs = [b.pointer_arg(f"init{i}", "f32") for i in range(n)]
     xs_ptrs = [b.pointer_arg(f"xs{i}", "f32") for i in range(k)]
     const_ptrs = {c: b.pointer_arg(f"const{c}", "f32") for c in consts}
@@ -658,13 +662,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         for part, k0, kk in a.lhs_parts(matmul):
             chunk = min(STREAM_K, kk)
             tile_ty = tensor_type((ROWS, kk), "f32", lay.tile)
-            desc = f"!ttg.memdesc<{ROWS}x{kk}xf32, #lhs_smem, #smem>"
+            desc = f"!ttg.memdesc<{ROWS}x{kk}xf32, #tile_smem, #smem>"
             stored = b.op(f"ttg.local_alloc {values[part]} : ({tile_ty}) -> {desc}")
             for kc in range(0, kk, chunk):
                 lhs_ty = tensor_type((ROWS, chunk), "f32", lay.lhs)
                 sub, sub_desc = stored, desc
                 if chunk != kk:
-                    sub_desc = f"!ttg.memdesc<{ROWS}x{chunk}xf32, #lhs_smem, #smem, {ROWS}x{kk}>"
+                    sub_desc = f"!ttg.memdesc<{ROWS}x{chunk}xf32, #tile_smem, #smem, {ROWS}x{kk}>"
                     sub = b.op(f"ttg.memdesc_subslice {stored} [0, {kc}] : {desc} -> {sub_desc}")
                 a_hi, a_lo = split(b.op(f"ttg.local_load {sub} : {sub_desc} -> {lhs_ty}"), (ROWS, chunk), lay.lhs)
                 for first, w in columns:
@@ -688,10 +692,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                 return values[value]
             if (value, first, w) not in computed:  # through shared memory: registers cannot be sliced
                 full = _shape(value)[1]
-                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #lhs_smem, #smem>"
+                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem>"
                 if value not in stored_tiles:
                     stored_tiles[value] = b.op(f"ttg.local_alloc {values[value]} : ({tensor_type((ROWS, full), 'f32', lay.tile)}) -> {desc}")
-                sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #lhs_smem, #smem, {ROWS}x{full}>"
+                sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, {ROWS}x{full}>"
                 sub = b.op(f"ttg.memdesc_subslice {stored_tiles[value]} [0, {first}] : {desc} -> {sub_desc}")
                 computed[(value, first, w)] = b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((ROWS, w), 'f32', lay.tile)}")
             return computed[(value, first, w)]
@@ -786,10 +790,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         elif name == "tensor.concat":
             if inner.results[0] in a.held_concats:  # the parts stored side by side, read back whole
                 full = _shape(inner.results[0])[1]
-                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #lhs_smem, #smem, mutable>"
+                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem, mutable>"
                 buffer = b.op(f"ttg.local_alloc : () -> {desc}")
                 for part, first, w in a.concats[inner.results[0]]:
-                    sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #lhs_smem, #smem, mutable, {ROWS}x{full}>"
+                    sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, mutable, {ROWS}x{full}>"
                     sub = b.op(f"ttg.memdesc_subslice {buffer} [0, {first}] : {desc} -> {sub_desc}")
                     b.emit(f"ttg.local_store {values[part]}, {sub} : {tensor_type((ROWS, w), 'f32', lay.tile)} -> {sub_desc}")
                 values[inner.results[0]] = b.op(f"ttg.local_load {buffer} : {desc} -> {tensor_type((ROWS, full), 'f32', lay.tile)}")
