@@ -526,6 +526,22 @@ def _sink_stacked_products(op):
     return new_op
 
 
+def _fold_double_transposes(body: ir.Block) -> None:
+    """A transpose of a transpose is the value itself: nn.LSTM's adjoint accumulates its weight's
+    cotangent as (A_t·B_t)ᵀᵀ (weights stored [4H, H]), which hides the product from `_sinkable`."""
+    for inner in list(body.operations):
+        outer_source, outer = _untransposed(inner.result) if len(inner.results) == 1 else (None, None)
+        if outer is None:
+            continue
+        source, first = _untransposed(outer_source)
+        if first is None:
+            continue
+        outer.result.replace_all_uses_with(source)
+        outer.erase()
+        if not list(first.result.uses):
+            first.erase()
+
+
 def _eligible(op) -> bool:
     if len(op.regions[0].blocks) != 1:
         return False
@@ -539,6 +555,7 @@ def scan_contractions(module_op):
     for op in ops_named(module_op, {"tidal.scan"}):
         if not _eligible(op):
             continue
+        _fold_double_transposes(op.regions[0].blocks[0])
         op = _sink_stacked_products(op)
         if ir.IntegerAttr(op.attributes["dim"]).value != 0:
             continue

@@ -169,3 +169,28 @@ func.func @full_sum(%l: !torch.vtensor<[],f32>, %xs: !torch.vtensor<[6,4],f32>) 
   }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 1 : i64, reverse = false} : (!torch.vtensor<[],f32>, !torch.vtensor<[6,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[6,4],f32>)
   return %r#0 : !torch.vtensor<[],f32>
 }
+
+// nn.LSTM's adjoint (weights stored [4H, H]) accumulates (p_tᵀ·h_t)ᵀᵀ: the two transposes cancel,
+// and the product leaves the loop as one matmul after it.
+// CHECK-LABEL: func.func @double_transpose
+// CHECK:       "tidal.scan"
+// CHECK-NOT:   torch.aten.add.Tensor
+// CHECK:       "tidal.yield"
+// CHECK:       num_carries = 0 : i64
+// CHECK:       %[[DU:.+]] = torch.aten.mm {{.+}} -> !torch.vtensor<[8,8],f32>
+// CHECK:       torch.aten.add.Tensor %arg0, %[[DU]]
+func.func @double_transpose(%acc: !torch.vtensor<[8,8],f32>, %ps: !torch.vtensor<[6,4,8],f32>, %hs: !torch.vtensor<[6,4,8],f32>) -> !torch.vtensor<[8,8],f32> {
+  %r = "tidal.scan"(%acc, %ps, %hs) ({
+  ^bb0(%c: !torch.vtensor<[8,8],f32>, %p: !torch.vtensor<[4,8],f32>, %h: !torch.vtensor<[4,8],f32>):
+    %int0 = torch.constant.int 0
+    %int1 = torch.constant.int 1
+    %perm = torch.prim.ListConstruct %int1, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+    %pt = torch.aten.permute %p, %perm : !torch.vtensor<[4,8],f32>, !torch.list<int> -> !torch.vtensor<[8,4],f32>
+    %m = torch.aten.mm %pt, %h : !torch.vtensor<[8,4],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[8,8],f32>
+    %mt = torch.aten.permute %m, %perm : !torch.vtensor<[8,8],f32>, !torch.list<int> -> !torch.vtensor<[8,8],f32>
+    %mtt = torch.aten.permute %mt, %perm : !torch.vtensor<[8,8],f32>, !torch.list<int> -> !torch.vtensor<[8,8],f32>
+    %s = torch.aten.add.Tensor %c, %mtt, %int1 : !torch.vtensor<[8,8],f32>, !torch.vtensor<[8,8],f32>, !torch.int -> !torch.vtensor<[8,8],f32>
+    "tidal.yield"(%s) : (!torch.vtensor<[8,8],f32>) -> ()
+  }) {dim = 0 : i64, num_carries = 1 : i64, num_xs = 2 : i64, reverse = true} : (!torch.vtensor<[8,8],f32>, !torch.vtensor<[6,4,8],f32>, !torch.vtensor<[6,4,8],f32>) -> !torch.vtensor<[8,8],f32>
+  return %r : !torch.vtensor<[8,8],f32>
+}

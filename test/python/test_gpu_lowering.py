@@ -443,6 +443,26 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
         assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_rnn_modules_train_as_row_kernels(gpu_programs_of_torch_compile, kind):
+    """nn.LSTM / nn.GRU (2 layers, bidirectional) inside compiled code: each layer and direction
+    is a scan (`tidal.importer.rnn`) whose forward and adjoint are one row kernel each. The
+    adjoint's weight cotangent, accumulated as (p_tᵀ·h_t)ᵀᵀ (weights stored [4H, H]), leaves the
+    loop (`tidal-scan-contractions`), so the adjoint step no longer mixes batch rows."""
+    import torch
+
+    module = getattr(torch.nn, kind)(32, 32, num_layers=2, bidirectional=True)
+    xs = torch.randn(8, 16, 32, requires_grad=True)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), torch._dynamo.config.patch(allow_rnn=True):
+        warnings.simplefilter("ignore")
+        torch.compile(module, backend="tidal", options={"fallback": "warn"})(xs)[0].sum().backward()
+    forward, backward = gpu_programs_of_torch_compile
+    for program in (forward, backward):
+        rows = [k for k in program.kernels_for_emit() if "scan_rows" in k.name]
+        assert len(rows) == 4, [k.name for k in program.kernels_for_emit()]
+
+
 def _carry_halves_swapped(h0, xs, u):
     from torch._higher_order_ops import scan
 
