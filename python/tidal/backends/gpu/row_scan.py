@@ -91,13 +91,13 @@ def _producer(value):
 F32_COMBINERS = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")
 
 
-def _zero_fill_or_constant(value) -> bool:
-    """`value` is a linalg.fill of a constant (a reduction's initial value)."""
+def _constant_fill(value):
+    """The constant a linalg.fill of a constant fills `value` with (a reduction's initial value), else None."""
     fill = _producer(value)
     if fill is None or fill.operation.name != "linalg.fill":
-        return False
+        return None
     constant = _producer(fill.operands[0])
-    return constant is not None and constant.operation.name == "arith.constant"
+    return fill.operands[0] if constant is not None and constant.operation.name == "arith.constant" else None
 
 
 def _scalar_constant(value) -> tuple[str, str] | None:
@@ -120,8 +120,8 @@ def _zero_constant(value) -> bool:
 
 def _zero_fill(value) -> bool:
     """`value` is a linalg.fill of +0.0."""
-    fill = _producer(value)
-    return fill is not None and fill.operation.name == "linalg.fill" and _zero_constant(fill.operands[0])
+    constant = _constant_fill(value)
+    return constant is not None and _zero_constant(constant)
 
 
 class _Analysis:
@@ -370,7 +370,7 @@ class _Analysis:
             if "reduction" not in str(g.iterators[1]) or combiners is None or \
                     any(c.operation.name not in F32_COMBINERS for c in combiners) or \
                     any(_map_dims(m) != [0, None] for m in g.maps[len(g.ins):]) or \
-                    not all(self._statistic(r) and _zero_fill_or_constant(v) for r, v in zip(op.results, g.outs)):
+                    not all(self._statistic(r) and _constant_fill(v) is not None for r, v in zip(op.results, g.outs)):
                 return False
             self.reductions.add(op)
         elif any(_map_dims(m) != [0, 1] for m in g.maps[len(g.ins):]):
@@ -649,6 +649,19 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     chunked: dict = {}  # a streamed matmul's result -> {(first, width): its product this step}
     stored_tiles: dict = {}  # a held tile -> its copy in shared memory this step
 
+    def columns_back(value, first, w, encoding):
+        """Columns [first, first + w) of the held tile `value` in `encoding`, through a copy in
+        shared memory (registers cannot be sliced), made once a step."""
+        full = _shape(value)[1]
+        desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem>"
+        if value not in stored_tiles:
+            stored_tiles[value] = b.op(f"ttg.local_alloc {values[value]} : ({tensor_type((ROWS, full), 'f32', lay.tile)}) -> {desc}")
+        sub, sub_desc = stored_tiles[value], desc
+        if w != full:
+            sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, {ROWS}x{full}>"
+            sub = b.op(f"ttg.memdesc_subslice {sub} [0, {first}] : {desc} -> {sub_desc}")
+        return b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((ROWS, w), 'f32', encoding)}")
+
     def streamed_products(matmul):
         """Every column block of a matmul by a streamed weight, K chunk by K chunk: the left-hand
         side passes through shared memory once and is read back a chunk at a time, each chunk
@@ -661,16 +674,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         big, small = {}, {}
         for part, k0, kk in a.lhs_parts(matmul):
             chunk = min(STREAM_K, kk)
-            tile_ty = tensor_type((ROWS, kk), "f32", lay.tile)
-            desc = f"!ttg.memdesc<{ROWS}x{kk}xf32, #tile_smem, #smem>"
-            stored = b.op(f"ttg.local_alloc {values[part]} : ({tile_ty}) -> {desc}")
             for kc in range(0, kk, chunk):
                 lhs_ty = tensor_type((ROWS, chunk), "f32", lay.lhs)
-                sub, sub_desc = stored, desc
-                if chunk != kk:
-                    sub_desc = f"!ttg.memdesc<{ROWS}x{chunk}xf32, #tile_smem, #smem, {ROWS}x{kk}>"
-                    sub = b.op(f"ttg.memdesc_subslice {stored} [0, {kc}] : {desc} -> {sub_desc}")
-                a_hi, a_lo = split(b.op(f"ttg.local_load {sub} : {sub_desc} -> {lhs_ty}"), (ROWS, chunk), lay.lhs)
+                a_hi, a_lo = split(columns_back(part, kc, chunk, lay.lhs), (ROWS, chunk), lay.lhs)
                 for first, w in columns:
                     m_hi, m_lo = load_matrix((m, k0 + kc, chunk, first, w), block_key=(m, k0, kk, first, w))
                     out_ty = tensor_type((ROWS, w), "f32", lay.tile)
@@ -690,14 +696,8 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         if value not in a.virtual:
             if first == 0 and _shape(value)[1] == w:
                 return values[value]
-            if (value, first, w) not in computed:  # through shared memory: registers cannot be sliced
-                full = _shape(value)[1]
-                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem>"
-                if value not in stored_tiles:
-                    stored_tiles[value] = b.op(f"ttg.local_alloc {values[value]} : ({tensor_type((ROWS, full), 'f32', lay.tile)}) -> {desc}")
-                sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, {ROWS}x{full}>"
-                sub = b.op(f"ttg.memdesc_subslice {stored_tiles[value]} [0, {first}] : {desc} -> {sub_desc}")
-                computed[(value, first, w)] = b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((ROWS, w), 'f32', lay.tile)}")
+            if (value, first, w) not in computed:
+                computed[(value, first, w)] = columns_back(value, first, w, lay.tile)
             return computed[(value, first, w)]
         if (value, first, w) not in computed:
             op = _producer(value)
