@@ -75,3 +75,29 @@ def test_long_sequence_is_one_loop(compiled_graphs):
     scans = [n for n in compiled_graphs[0].graph.nodes if n.target is torch.ops.higher_order.scan]
     assert len(scans) == 4
     assert len(compiled_graphs[0].graph.nodes) < 200
+
+
+def test_parameters_in_one_flat_buffer_train():
+    """On CUDA the module's parameters are views of one flat cuDNN buffer (`flatten_parameters`),
+    and the hidden and cell state may be one tensor: scan refuses operands sharing storage, so the
+    decomposition hands it copies. The same layout on the CPU, with (h0, h0) as the state."""
+    torch.manual_seed(0)
+    module = torch.nn.LSTM(6, 8)
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    offset = 0
+    for p in module.parameters():
+        p.data = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    assert len({p.untyped_storage().data_ptr() for p in module.parameters()}) == 1
+    x, h0 = torch.randn(5, 3, 6, requires_grad=True), torch.randn(1, 3, 8)
+    compiled = torch.compile(lambda x, h0: _run(module, x, (h0, h0)), backend="tidal", fullgraph=True,
+                             options={"fallback": "error"})
+    results = []
+    with torch._dynamo.config.patch(allow_rnn=True):
+        for run in (compiled, lambda x, h0: _run(module, x, (h0, h0))):
+            outs = run(x, h0)
+            loss = sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs)
+            results.append((outs, torch.autograd.grad(loss, [x, *module.parameters()])))
+    for got, want in zip(*results):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

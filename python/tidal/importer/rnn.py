@@ -74,8 +74,10 @@ def _layer(kind, x, h0, c0, weights, has_biases: bool, projected: bool, reverse:
     gx = F.linear(x, w_ih, b_ih)  # every step's input projection: one matmul
     if reverse:
         gx = gx.flip(0)
-    consts = [w for w in (w_hh, b_hh, w_hr) if w is not None]
-    init = [h0, c0] if kind == "lstm" else [h0]
+    # Copies: on CUDA the module's parameters are views of one flat cuDNN buffer (and hx may hold one
+    # tensor twice), and torch 2.11's scan refuses operands sharing storage.
+    consts = [w.clone() for w in (w_hh, b_hh, w_hr) if w is not None]
+    init = [h0.clone(), c0.clone()] if kind == "lstm" else [h0.clone()]
     step = functools.partial(_STEPS[kind], b_hh is not None, w_hr is not None)
     outs = scan_op(step, init, [gx], consts)
     carries, ys = list(outs[: len(init)]), outs[len(init)]
