@@ -407,8 +407,9 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
     [B, 4H] tile, which registers cannot slice; the adjoint concatenates the gate cotangents and
     multiplies by Uᵀ, read as the sum of each part's product by Uᵀ's row block. Forward and
     adjoint are ONE persistent kernel each, with the time loop inside, and compile to PTX. With
-    H = 128 the weights (512 KiB as TF32 parts) pass shared memory: each step streams U from L2
-    in K chunks of 16 rows."""
+    H = 128 the weights (512 KiB as TF32 parts) pass shared memory: 4 programs share a block of
+    rows, each with 32 columns of every gate and U's blocks of them, and exchange the matmul's
+    left-hand side (h; the adjoint's gate cotangents) through L2 at a barrier every step."""
     import sys
 
     import torch
@@ -435,10 +436,10 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
             assert ttgir.count('"tt.reduce"', loop) >= 2, ttgir
         elif h == 32:
             assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind], ttgir
-        else:  # U streamed in K chunks of 16 rows: per gate block and chunk, three products
-            chunks = len(re.findall(r"tt\.load %\w+ : tensor<16x128x!tt\.ptr<f32>", ttgir[loop:]))
-            assert chunks == GATES[kind] * 128 // 16, ttgir
-            assert ttgir.count("tt.dot ", loop) == 3 * chunks, ttgir
+        else:  # 4 programs a block of rows, each with 32 columns of every gate and of U's blocks
+            assert "exchange" in rows[0].signature and "tt.atomic_rmw" in ttgir[loop:], ttgir
+            assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind], ttgir
+            assert len(re.findall(r"tt\.dot .* -> tensor<16x32xf32", ttgir[loop:])) == 3 * GATES[kind], ttgir
             assert compile_kernel(rows[0], ("cuda", 90)).metadata.shared <= 227 * 1024
         assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
@@ -626,46 +627,98 @@ def test_the_flat_variant_needs_contiguous_aligned_operands():
     assert _layout([True], [t], 8192) == (False, False)
 
 
-@pytest.mark.parametrize("h", [256, 512])
-def test_weights_past_shared_memory_are_streamed_up_to_a_limit(h):
-    """An RNN with H = 256: its U (TF32 high and low parts, 512 KiB) is more than shared memory
-    holds, so the row kernel streams it from L2 at every step, a K chunk of 16 rows at a time
-    (the left-hand side read back from shared memory a chunk at a time), within an SM's 227 KiB.
-    With H = 512 (1 MiB of f32) streaming was measured slower than the host loop, which it takes;
-    its kernels compile."""
+class _WideRNN:
+    """An RNN step `tanh(x + h U + b)` of width H, optionally post-normalized (a LayerNorm: row
+    reductions, which need every column of a row in one program)."""
+
+    @staticmethod
+    def make(h, normalized=False):
+        import torch
+        import torch.nn.functional as F
+        from torch._higher_order_ops import scan
+
+        class RNN(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.U = torch.nn.Parameter(torch.randn(h, h) * h**-0.5)
+                self.b = torch.nn.Parameter(torch.zeros(h))
+
+            def forward(self, h0, xs):
+                def step(carry, x):
+                    new = torch.tanh(x + carry @ self.U + self.b)
+                    new = F.layer_norm(carry + new, (h,)) if normalized else new
+                    return new, new.clone()
+
+                return scan(step, h0, xs)
+
+        torch.manual_seed(0)
+        return RNN()
+
+
+def _row_scan_launches(monkeypatch, fn, *inputs):
+    """The row kernels' launches (`RowScanLaunch`) of fn's GPU program, and the program's kernels."""
+    import tidal.backends.gpu.plan as plan
+
+    launches, made = [], plan.row_scan_kernel
+    monkeypatch.setattr(plan, "row_scan_kernel", lambda *a: launches.append(made(*a)) or launches[-1])
+    program = _traced_gpu_program(fn, *inputs)
+    return [x for x in launches if x is not None], program.kernels_for_emit()
+
+
+@pytest.mark.parametrize("h,rows,parts", [(256, 40, 4), (512, 40, 16), (256, 1024, 1), (1024, 16, 1)])
+def test_weights_past_shared_memory_are_split_among_programs(monkeypatch, h, rows, parts):
+    """An RNN whose U (TF32 high and low parts: 8·H² bytes) passes shared memory is split by
+    columns among `parts` programs a block of 16 rows, each holding U's columns of its share of h
+    (at most 192 KiB, 1.5 KiB a thread); every step each stores its columns of h, the programs
+    meet at a counter in global memory (acq_rel arrival, acquire polls) and each reads the whole h
+    back from L2 (.cg) for its product. The grid stays within half the SMs (all of a block's
+    programs must run at once): 1024 rows (64 blocks) take the streamed kernel at H = 256; at
+    H = 1024 a share would be 2 KiB a thread and U is past streaming: the host loop."""
     import torch
-    from torch._higher_order_ops import scan
 
-    class RNN(torch.nn.Module):
-        def __init__(self, h=h):
-            super().__init__()
-            self.U = torch.nn.Parameter(torch.randn(h, h) * 0.05)
-            self.b = torch.nn.Parameter(torch.zeros(h))
+    launches, kernels = _row_scan_launches(monkeypatch, _WideRNN.make(h), torch.zeros(rows, h), torch.randn(8, rows, h))
+    if h == 1024:
+        assert not launches and kernels, [k.name for k in kernels]
+        return
+    (launch,) = launches
+    assert launch.parts == parts and launch.grid == (-(-rows // 16), parts, 1)
+    if parts == 1:
+        assert "exchange" not in launch.kernel.signature
+        return
+    assert launch.arrivals == launch.grid[0]  # one exchange a step: h
+    assert launch.exchange_floats == 2 * rows * h  # two buffers of h, by the step's parity
+    ptx = kernel_asm(launch.kernel, "ptx", ("cuda", 90))
+    loop = ptx[ptx.index("$L__BB0_"):]
+    assert "atom.global.gpu.acq_rel.add" in loop and "ld.global.gpu.acquire" in loop and "ld.global.cg" in loop, loop
+    ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
+    assert re.search(rf"tt\.dot .* -> tensor<16x{h // parts}xf32", ttgir), ttgir  # its share of the columns
 
-        def forward(self, h0, xs):
-            def step(h, x):
-                h = torch.tanh(x + h @ self.U + self.b)
-                return h, h.clone()
 
-            return scan(step, h0, xs)
+@pytest.mark.parametrize("h", [256, 512])
+def test_weights_past_shared_memory_are_streamed_up_to_a_limit(monkeypatch, h):
+    """A step that cannot be split by columns (a LayerNorm reads every column of a row) whose U
+    passes shared memory: with H = 256 (512 KiB as TF32 parts) the row kernel streams U from L2
+    at every step, a K chunk of 16 rows at a time (the left-hand side read back from shared
+    memory a chunk at a time), within an SM's 227 KiB. With H = 512 (1 MiB of f32) streaming was
+    measured slower than the host loop, which it takes; its kernels compile."""
+    import torch
 
-    torch.manual_seed(0)
-    program = _traced_gpu_program(RNN(), torch.zeros(32, h), torch.randn(8, 32, h))
-    kernels = program.kernels_for_emit()
-    rows = [k for k in kernels if "scan_rows" in k.name]
+    launches, kernels = _row_scan_launches(monkeypatch, _WideRNN.make(h, normalized=True), torch.zeros(32, h),
+                                           torch.randn(8, 32, h))
     if h == 512:
-        assert kernels and not rows, [k.name for k in kernels]
+        assert not launches and kernels, [k.name for k in kernels]
         for k in kernels:
-            assert "scf.for" not in kernel_asm(k, "ttir", ("cuda", 90))
+            assert f".entry {k.name}(" in kernel_asm(k, "ptx", ("cuda", 90))
         return
     from tidal.backends.gpu.triton_compile import compile_kernel
 
-    assert len(rows) == 1, [k.name for k in kernels]
-    ttgir = kernel_asm(rows[0], "ttgir", ("cuda", 90))
+    (launch,) = launches
+    assert launch.parts == 1
+    ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
     loop = ttgir[ttgir.index("scf.for"):]
     assert len(re.findall(r"tt\.load %\w+ : tensor<16x256x!tt\.ptr<f32>", loop)) == h // 16, loop  # U's chunks, in the loop
     assert "ttg.memdesc_subslice" in loop
-    assert compile_kernel(rows[0], ("cuda", 90)).metadata.shared <= 227 * 1024
+    assert compile_kernel(launch.kernel, ("cuda", 90)).metadata.shared <= 227 * 1024
 
 
 def test_a_tensor_past_32_bit_offsets_is_refused_with_its_source_line():

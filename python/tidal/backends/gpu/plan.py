@@ -626,8 +626,11 @@ class PlanBuilder:
             tensors = [env[v].contiguous() for v in launch.operands]
             outs = [torch.empty([length if s == _DYNAMIC else s for s in shape], dtype=torch.float32, device="cuda")
                     for shape in shapes]
-            # final carries, then ys, then T
-            _launch(self.compiled(launch.kernel), launch.grid, [*tensors, *outs, length], op)
+            # final carries, then ys, the scratch of programs sharing rows, then T
+            scratch = [] if launch.parts == 1 else [
+                torch.empty(launch.exchange_floats, dtype=torch.float32, device="cuda"),
+                torch.zeros(launch.arrivals, dtype=torch.int32, device="cuda")]
+            _launch(self.compiled(launch.kernel), launch.grid, [*tensors, *outs, *scratch, length], op)
             for r, t in zip(results, outs):
                 env[r] = t
 

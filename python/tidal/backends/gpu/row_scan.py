@@ -11,11 +11,13 @@ A step qualifies when every value in it is a [B, W] tile of the same B rows: car
 [T, B, W] scanned along dim 0, elementwise generics over [B, W] (a const vector [W] broadcast
 along the rows), matmuls of a tile by a const matrix, column slices (an LSTM's or GRU's `chunk` of
 its gates: see `_Analysis`), concats of tiles along the columns (an adjoint's gate cotangents) and
-reductions along the columns into [B, 1] statistics (a LayerNorm's). Rows never mix (a matmul contracts along the columns), so programs need no communication. A
+reductions along the columns into [B, 1] statistics (a LayerNorm's). Rows never mix (a matmul contracts along the columns), so programs of different rows need no communication. A
 weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile widths are powers of
 two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
-(`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones, up to
-`STREAMED_WEIGHT_BYTES`, are streamed from L2 at every step, a K chunk at a time; anything else
+(`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones are split by columns among
+programs sharing the rows, which exchange each matmul's left-hand side through L2 at a barrier
+(`_column_parts`), or, where a step cannot be split so (a LayerNorm), up to
+`STREAMED_WEIGHT_BYTES` are streamed from L2 at every step, a K chunk at a time; anything else
 runs as the host loop.
 """
 
@@ -46,6 +48,18 @@ WEIGHT_BYTES_ON_CHIP = 192 * 1024
 # past STREAMED_WEIGHT_BYTES (f32) the scan takes the host loop.
 STREAM_K = 16
 STREAMED_WEIGHT_BYTES = 256 * 1024
+# Weights past shared memory are first split among programs instead (`_column_parts`): P programs
+# share a block of rows, each computing 1/P of the columns of every tile (its slice of each gate:
+# the cell's elementwise update needs no other program's columns) with 1/P of each weight's
+# columns on chip. Only a matmul's left-hand side is needed whole: each program stores its columns
+# to global memory (L2), the P programs meet at a barrier (a counter in global memory) and each
+# reads the whole tile back (`exchange`). The P programs of a block spin on each other, so all of
+# them must run at once: the grid is kept to half the SMs (COLUMN_PROGRAMS_PER_SM), one program an SM.
+COLUMN_PROGRAMS_PER_SM = 0.5
+# A program's share of the weights, per thread (Triton holds it in registers): 1.5 KiB ran (GRU
+# H=256 in 8 parts of 4 warps: 5.7 ms for B=64 T=512, cuDNN 9.3); 2 KiB spilled (LSTM H=256 in 16
+# parts of 2 warps: 14.6 ms, the host loop 11.8).
+COLUMN_WEIGHT_BYTES_PER_THREAD = 1536
 # tiles copied to shared memory and read back in column blocks: a streamed matmul's left-hand
 # side (K chunks), a held tile's slices, a concat's parts
 TILE_SHARED = "#tile_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
@@ -59,10 +73,17 @@ class RowScanLaunch:
     kernel: Kernel  # its last argument is T, the number of steps: one kernel serves every T
     operands: list  # the scan operands the kernel reads, in argument order
     rows: int  # B
+    parts: int = 1  # programs sharing a block of rows, each computing 1/parts of every tile's columns
+    exchange_floats: int = 0  # f32 scratch the parts exchange tiles through (`exchange`)
+    arrivals: int = 0  # i32 counters (zeroed per launch) of the parts' arrivals at each exchange
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.rows // ROWS)
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return (-(-self.rows // ROWS), 1, 1)
+        return (self.blocks, self.parts, 1)
 
 
 def _shape(value, dynamic_first: bool = False) -> tuple[int, ...] | None:
@@ -403,6 +424,37 @@ def _weight_bytes(a: "_Analysis") -> int:
     return sum(2 * 4 * kk * w for _, _, kk, _, w in a.matrix_blocks)
 
 
+def _sm_count() -> int:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return 132  # H100 / H200 SXM: kernels built on a machine without a GPU
+
+
+def _column_parts(a: "_Analysis") -> int:
+    """How many programs share a block of rows (`COLUMN_PROGRAMS_PER_SM`): the fewest (a power of
+    two) whose slices of the weights fit on chip, every slice of a tile at least 16 columns wide;
+    1 where the step cannot be split so (a row reduction needs every column; columns read at
+    other offsets than their own need another program's; an xs read whole)."""
+    if a.reductions or a.held_slices or a.held_concats:
+        return 1
+    matmuls = [op for op in a.block.operations if op.operation.name == "linalg.matmul"]
+    if any(a.xs_index(part) is not None for mm in matmuls for part, _, _ in a.lhs_parts(mm)):
+        return 1
+    widths = _tile_widths(a) | {w for *_, w in a.matrix_blocks} | {w for *_, w in a.vector_blocks} | \
+        {w for *_, w in a.xs_blocks} | {w for *_, w in a.slices.values()} | \
+        {w for parts in a.concats.values() for *_, w in parts}
+    blocks = -(-a.rows // ROWS)
+    parts = 2
+    while min(widths) // parts >= 16 and blocks * parts <= _sm_count() * COLUMN_PROGRAMS_PER_SM:
+        share = _weight_bytes(a) // parts
+        if share <= WEIGHT_BYTES_ON_CHIP and share <= COLUMN_WEIGHT_BYTES_PER_THREAD * 32 * _layouts(a, False, parts).warps:
+            return parts
+        parts *= 2
+    return 1
+
+
 def _tile_widths(a: "_Analysis") -> set[int]:
     """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded;
     a value read only in column slices is held as its slices)."""
@@ -434,13 +486,14 @@ class _Layouts:
     def __init__(self, explicit: bool, warps: int):
         self.explicit, self.warps = explicit, warps
         if not explicit:
-            self.tile = self.rows = self.cols = self.lhs = self.rhs = self.rhs_k = self.rhs_n = ""
+            self.tile = self.rows = self.cols = self.lhs = self.lhs_m = self.lhs_k = self.rhs = self.rhs_k = self.rhs_n = ""
             return
         self.alias = (f"#mma = #ttg.nvidia_mma<{{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, {warps}], "
                       f"instrShape = [16, 8]}}>")
         self.tile = "#mma"
         self.rows, self.cols = "#ttg.slice<{dim = 1, parent = #mma}>", "#ttg.slice<{dim = 0, parent = #mma}>"
         self.lhs = "#ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>"
+        self.lhs_m, self.lhs_k = f"#ttg.slice<{{dim = 1, parent = {self.lhs}}}>", f"#ttg.slice<{{dim = 0, parent = {self.lhs}}}>"
         self.rhs = "#ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>"
         self.rhs_k, self.rhs_n = f"#ttg.slice<{{dim = 1, parent = {self.rhs}}}>", f"#ttg.slice<{{dim = 0, parent = {self.rhs}}}>"
 
@@ -448,16 +501,19 @@ class _Layouts:
         """The 2-d encoding a 1-d one (a slice) expands into."""
         if axis_encoding in (self.rows, self.cols):
             return self.tile
+        if axis_encoding in (self.lhs_m, self.lhs_k):
+            return self.lhs
         return self.rhs
 
 
-def _layouts(a: "_Analysis", streamed: bool) -> _Layouts:
+def _layouts(a: "_Analysis", streamed: bool, parts: int) -> _Layouts:
     """Explicit layouts where the weights fit the registers: at most half the register file
     (128 KiB at 8 warps; the bench RNN's [128, 128] U takes 128 registers a thread of 247), and
-    where they are streamed (each chunk loaded straight into its tt.dot operand layout)."""
-    warps = max(1, min(NUM_WARPS, min(_tile_widths(a)) // 8))  # no mma tile wider than a value
-    explicit = streamed or _weight_bytes(a) <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
-    return _Layouts(explicit, warps if explicit else NUM_WARPS)
+    where they are streamed (each chunk loaded straight into its tt.dot operand layout). A
+    program of `parts` holds 1/parts of each."""
+    warps = max(1, min(NUM_WARPS, min(_tile_widths(a)) // parts // 8))  # no mma tile wider than a value
+    explicit = streamed or _weight_bytes(a) // parts <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
+    return _Layouts(explicit, warps if explicit or parts > 1 else NUM_WARPS)
 
 
 def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
@@ -466,13 +522,15 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     a = _Analysis(op)
     if not a.check():
         return None
-    # Weights past shared memory are read from global memory (L2) at every step, chunk by chunk
-    streamed = _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
+    # Weights past shared memory are split among programs, or else read from global memory (L2)
+    # at every step, chunk by chunk
+    parts = _column_parts(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else 1
+    streamed = parts == 1 and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
     if streamed and _weight_bytes(a) // 2 > STREAMED_WEIGHT_BYTES:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
-    lay = _layouts(a, streamed)
+    lay = _layouts(a, streamed, parts)
     if (a.held_slices or a.held_concats) and not lay.explicit:
         return None  # tiles in registers are sliced and joined through shared memory: TTGIR only
     b = KernelBuilder(new_name())
@@ -485,17 +543,37 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     out_ptrs = [b.pointer_arg(f"carry{i}", "f32") for i in range(n)]
     ys = list(list(a.block.operations)[-1].operands)[n:]
     ys_ptrs = [b.pointer_arg(f"ys{j}", "f32") for j in range(len(ys))]
+    if parts > 1:
+        exchange_ptr, arrivals_ptr = b.pointer_arg("exchange", "f32"), b.pointer_arg("arrivals", "i32")
     length = b.scalar_arg("T")  # at least 1: the launch runs no kernel for no steps
 
     i32 = "i32"
     vec = lambda size, elem, enc: tensor_type((size,), elem, enc)  # noqa: E731
     pid = b.op("tt.get_program_id x : i32")
-    first = b.binary("arith.muli", pid, b.const(ROWS, i32), i32)
+    part = b.op("tt.get_program_id y : i32") if parts > 1 else None
+    first_row = b.binary("arith.muli", pid, b.const(ROWS, i32), i32)
     lanes = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {vec(ROWS, i32, lay.rows)}")
-    rows = b.binary("arith.addi", b.splat(first, i32, (ROWS,), lay.rows), lanes, vec(ROWS, i32, lay.rows))
+    rows = b.binary("arith.addi", b.splat(first_row, i32, (ROWS,), lay.rows), lanes, vec(ROWS, i32, lay.rows))
     row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (ROWS,), lay.rows)} : "
                     f"{vec(ROWS, 'i32', lay.rows)}")
     cache: dict = {}
+
+    def column_start(first, w):
+        """The first column of this program's share of columns [first, first + w) (a scalar), or
+        None for column 0."""
+        if parts == 1:
+            return b.const(first, i32) if first else None
+        if ("start", first, w) not in cache:
+            share = b.binary("arith.muli", part, b.const(w // parts, i32), i32)
+            cache[("start", first, w)] = b.binary("arith.addi", share, b.const(first, i32), i32) if first else share
+        return cache[("start", first, w)]
+
+    def columns(w, first, enc):
+        """This program's share of columns [first, first + w): a vector of w / parts indices."""
+        cols, start = arange(w // parts, enc), column_start(first, w)
+        if start is None:
+            return cols
+        return b.binary("arith.addi", cols, b.splat(start, i32, (w // parts,), enc), vec(w // parts, i32, enc))
 
     def arange(w, enc):
         if ("range", w, enc) not in cache:
@@ -515,15 +593,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         row_width] matrix (row_width = w: the whole of a [B, w] one), and their mask."""
         row_width = row_width or w
         if ("off", w, row_width, first) not in cache:
-            ty = tensor_type((ROWS, w), i32, lay.tile)
-            cols = arange(w, lay.cols)
-            if first:
-                cols = b.binary("arith.addi", cols, b.splat(b.const(first, i32), i32, (w,), lay.cols), vec(w, i32, lay.cols))
+            share = w // parts
+            ty = tensor_type((ROWS, share), i32, lay.tile)
             r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(row_width, i32), i32, (ROWS,), lay.rows), vec(ROWS, i32, lay.rows)),
-                          ROWS, lay.rows, cols, w, lay.cols, i32)
+                          ROWS, lay.rows, columns(w, first, lay.cols), share, lay.cols, i32)
             m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {vec(ROWS, 'i1', lay.rows)} -> "
                       f"{tensor_type((ROWS, 1), 'i1', lay.tile)}")
-            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', lay.tile)} -> {tensor_type((ROWS, w), 'i1', lay.tile)}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', lay.tile)} -> {tensor_type((ROWS, share), 'i1', lay.tile)}")
             cache[("off", w, row_width, first)] = (b.binary("arith.addi", r, c, ty), mask)
         return cache[("off", w, row_width, first)]
 
@@ -535,19 +611,23 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     def step_offsets(w, step_base, row_width=None, first=0):
         off, mask = tile_offsets(w, row_width, first)
         if step_base is not None:
-            off = b.binary("arith.addi", off, b.splat(step_base, i32, (ROWS, w), lay.tile), tensor_type((ROWS, w), i32, lay.tile))
+            shape = (ROWS, w // parts)
+            off = b.binary("arith.addi", off, b.splat(step_base, i32, shape, lay.tile), tensor_type(shape, i32, lay.tile))
         return off, mask
 
     def load_tile(ptr, w, step_base=None, row_width=None, first=0):
+        """This program's share of columns [first, first + w) of its rows."""
         off, mask = step_offsets(w, step_base, row_width, first)
-        zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
-        return b.op(f"tt.load {pointers(ptr, off, (ROWS, w), lay.tile)}, {mask}, {zero} : "
-                    f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
+        shape = (ROWS, w // parts)
+        zero = b.const("0.000000e+00", "f32", shape, lay.tile)
+        return b.op(f"tt.load {pointers(ptr, off, shape, lay.tile)}, {mask}, {zero} : "
+                    f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
 
     def store_tile(ptr, value, w, step_base=None, row_width=None, first=0):
         off, mask = step_offsets(w, step_base, row_width, first)
-        b.emit(f"tt.store {pointers(ptr, off, (ROWS, w), lay.tile)}, {value}, {mask} : "
-               f"{tensor_type((ROWS, w), '!tt.ptr<f32>', lay.tile)}")
+        shape = (ROWS, w // parts)
+        b.emit(f"tt.store {pointers(ptr, off, shape, lay.tile)}, {value}, {mask} : "
+               f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
 
     def split(x, shape, encoding):
         """x's TF32 high part and the rest (hi·hi + hi·lo + lo·hi: fp32-accurate products). The
@@ -591,8 +671,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             # at once
             weight_rows = b.binary("arith.addi", weight_rows, b.splat(b.binary("arith.muli", t, opaque_zero, i32), i32, (kk,), lay.rhs_k),
                                    vec(kk, i32, lay.rhs_k))
+        w //= parts  # this program's share of the columns
         r, cc = grid2d(scaled(weight_rows, kk, row_stride, lay.rhs_k), kk, lay.rhs_k,
-                       scaled(shifted(arange(w, lay.rhs_n), w, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
+                       scaled(columns(w * parts, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
         off = b.binary("arith.addi", r, cc, tensor_type((kk, w), i32, lay.rhs))
         loaded = b.op(f"tt.load {pointers(const_ptrs[c], off, (kk, w), lay.rhs)} : {tensor_type((kk, w), '!tt.ptr<f32>', lay.rhs)}")
         return split(loaded, (kk, w), lay.rhs) if lay.explicit else loaded
@@ -602,15 +683,15 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             blocks[key] = load_matrix(key)
     for v, first, w in sorted(a.vector_blocks, key=lambda blk: (a.const_index(blk[0]), blk[1])):
         c = a.const_index(v)
-        cols = shifted(arange(w, lay.cols), w, first, lay.cols)
-        loaded = b.op(f"tt.load {pointers(const_ptrs[c], cols, (w,), lay.cols)} : {vec(w, '!tt.ptr<f32>', lay.cols)}")
-        v2 = b.op(f"tt.expand_dims {loaded} {{axis = 0 : i32}} : {vec(w, 'f32', lay.cols)} -> {tensor_type((1, w), 'f32', lay.tile)}")
-        blocks[(v, first, w)] = b.op(f"tt.broadcast {v2} : {tensor_type((1, w), 'f32', lay.tile)} -> "
-                                     f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
+        cols, pw = columns(w, first, lay.cols), w // parts
+        loaded = b.op(f"tt.load {pointers(const_ptrs[c], cols, (pw,), lay.cols)} : {vec(pw, '!tt.ptr<f32>', lay.cols)}")
+        v2 = b.op(f"tt.expand_dims {loaded} {{axis = 0 : i32}} : {vec(pw, 'f32', lay.cols)} -> {tensor_type((1, pw), 'f32', lay.tile)}")
+        blocks[(v, first, w)] = b.op(f"tt.broadcast {v2} : {tensor_type((1, pw), 'f32', lay.tile)} -> "
+                                     f"{tensor_type((ROWS, pw), 'f32', lay.tile)}")
 
     widths = [_shape(v)[1] for v in a.operands[:n]]
     xs_widths = [_shape(v, dynamic_first=True)[2] for v in a.operands[n : n + k]]
-    carry_types = [tensor_type((ROWS, w), "f32", lay.tile) for w in widths]
+    carry_types = [tensor_type((ROWS, w // parts), "f32", lay.tile) for w in widths]
     for w in widths:
         tile_offsets(w)  # before the loop: the stores after it use them too
     for v in ys:
@@ -632,7 +713,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     last = b.binary("arith.subi", length, b.const(1, i32), i32)
     opaque_zero = b.binary("arith.divsi", length, b.binary("arith.addi", length, b.const(1, i32), i32), i32)  # T / (T + 1), T >= 1
     firsts = [xs_tile(*blk, step_of(b.const(0, i32))) for blk in prefetched]
-    loop_types = [*carry_types, *(tensor_type((ROWS, w), "f32", lay.tile) for _, _, w in prefetched)]
+    loop_types = [*carry_types, *(tensor_type((ROWS, w // parts), "f32", lay.tile) for _, _, w in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
     b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {length} step {b.const(1, i32)} "
            f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
@@ -688,6 +769,58 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                     small[(first, w)] = dot(a_hi, m_lo, dot(a_lo, m_hi, small.get((first, w), zero)))
         return {key: b.binary("arith.addf", big[key], small[key], tensor_type((ROWS, key[1]), "f32", lay.tile)) for key in columns}
 
+    exchanges: list = []  # per exchange point of a step: (its first float in the scratch, row width)
+
+    def exchange(matmul):
+        """The matmul's left-hand side whole (its parts, each in the tt.dot A layout), from the
+        shares the `parts` programs of these rows computed: each stores its share to the scratch
+        (two buffers, by the step's parity: a program one step ahead writes the other), the
+        programs meet at a barrier (`arrivals`: the counter of this exchange and rows, (t + 1)·parts
+        once all have stored step t's), and each loads the whole from L2 (.cg: past the L1)."""
+        lhs = a.lhs_parts(matmul)
+        width = sum(kk for _, _, kk in lhs)
+        index, base = len(exchanges), sum(2 * a.rows * wd for _, wd in exchanges)
+        exchanges.append((base, width))
+        buffer = b.binary("arith.addi", b.const(base, i32), b.binary(
+            "arith.muli", b.binary("arith.andi", t, b.const(1, i32), i32), b.const(a.rows * width, i32), i32), i32)
+        for tile, k0, kk in lhs:
+            off, mask = step_offsets(kk, buffer, width, k0)
+            shape = (ROWS, kk // parts)
+            b.emit(f"tt.store {pointers(exchange_ptr, off, shape, lay.tile)}, {values[tile]}, {mask} : "
+                   f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
+        b.emit("gpu.barrier")  # every thread's stores before the arrival (its release covers them)
+        counter = b.op(f"tt.addptr {arrivals_ptr}, {b.binary('arith.addi', pid, b.const(index * -(-a.rows // ROWS), i32), i32)} : "
+                       f"!tt.ptr<i32>, i32")
+        true, one, zero = b.op("arith.constant true"), b.const(1, i32), b.const(0, i32)
+        target = b.binary("arith.muli", b.binary("arith.addi", t, one, i32), b.const(parts, i32), i32)
+        arrived = b.op(f"tt.atomic_rmw add, acq_rel, gpu, {counter}, {one}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
+        seen, waiting, polled = b.fresh(), b.fresh(), b.fresh()
+        b.emit(f"scf.while ({seen} = {b.binary('arith.addi', arrived, one, i32)}) : (i32) -> () {{")
+        b.emit(f"  {waiting} = arith.cmpi slt, {seen}, {target} : i32")
+        b.emit(f"  scf.condition({waiting})")
+        b.emit("} do {")
+        b.emit(f"  {polled} = tt.atomic_rmw add, acquire, gpu, {counter}, {zero}, {true} : (!tt.ptr<i32>, i32, i1) -> i32")
+        b.emit(f"  scf.yield {polled} : i32")
+        b.emit("}")
+        b.emit("gpu.barrier")
+        whole = {}
+        enc_m, enc_k, enc = (lay.lhs_m, lay.lhs_k, lay.lhs) if lay.explicit else ("", "", "")
+        lanes_m = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {vec(ROWS, i32, enc_m)}")
+        rows_m = b.binary("arith.addi", b.splat(first_row, i32, (ROWS,), enc_m), lanes_m, vec(ROWS, i32, enc_m))
+        mask_m = b.op(f"arith.cmpi slt, {rows_m}, {b.splat(b.const(a.rows, i32), i32, (ROWS,), enc_m)} : {vec(ROWS, i32, enc_m)}")
+        row_base = b.binary("arith.addi", b.binary("arith.muli", rows_m, b.splat(b.const(width, i32), i32, (ROWS,), enc_m), vec(ROWS, i32, enc_m)),
+                            b.splat(buffer, i32, (ROWS,), enc_m), vec(ROWS, i32, enc_m))
+        for tile, k0, kk in lhs:
+            cols = b.binary("arith.addi", b.op(f"tt.make_range {{end = {kk} : i32, start = 0 : i32}} : {vec(kk, i32, enc_k)}"),
+                            b.splat(b.const(k0, i32), i32, (kk,), enc_k), vec(kk, i32, enc_k))
+            r, c = grid2d(row_base, ROWS, enc_m, cols, kk, enc_k, i32)
+            m2 = b.op(f"tt.expand_dims {mask_m} {{axis = 1 : i32}} : {vec(ROWS, 'i1', enc_m)} -> {tensor_type((ROWS, 1), 'i1', enc)}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', enc)} -> {tensor_type((ROWS, kk), 'i1', enc)}")
+            ptrs = pointers(exchange_ptr, b.binary("arith.addi", r, c, tensor_type((ROWS, kk), i32, enc)), (ROWS, kk), enc)
+            zero_tile = b.const("0.000000e+00", "f32", (ROWS, kk), enc)
+            whole[tile] = b.op(f"tt.load {ptrs}, {mask}, {zero_tile} cacheModifier = cg : {tensor_type((ROWS, kk), '!tt.ptr<f32>', enc)}")
+        return whole
+
     def block_of(value, first, w):
         """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
         a virtual value's block computed from its operands' blocks."""
@@ -708,13 +841,14 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     def emit(inner, first, w):
         """The results of `inner` (a fill, matmul or row-wise generic) over columns [first, first + w)."""
         name = inner.operation.name
+        share = w // parts  # the columns this program computes
         if name == "linalg.fill":
             scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
-            return [b.const(scalar, "f32", (ROWS, w), lay.tile)]
+            return [b.const(scalar, "f32", (ROWS, share), lay.tile)]
         if name == "linalg.matmul":
             _, m, init = inner.operands
-            out_ty = tensor_type((ROWS, w), "f32", lay.tile)
-            zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+            out_ty = tensor_type((ROWS, share), "f32", lay.tile)
+            zero = b.const("0.000000e+00", "f32", (ROWS, share), lay.tile)
             acc = zero if _zero_fill(init) else block_of(init, first, w)
             if streamed:
                 if inner.results[0] not in chunked:
@@ -722,18 +856,21 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                 product = chunked[inner.results[0]][(first, w)]
                 return [product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)]
             product = None
+            if parts > 1 and any(part not in lhs_parts for part, _, _ in a.lhs_parts(inner)):
+                for part, whole in exchange(inner).items():
+                    lhs_parts[part] = split(whole, (ROWS, _shape(part)[1]), lay.lhs) if lay.explicit else whole
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
                 weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
-                    acc = b.op(f"tt.dot {values[part]}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
-                               f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, w), 'f32')} -> {out_ty}")
+                    acc = b.op(f"tt.dot {lhs_parts.get(part, values[part])}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
+                               f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, share), 'f32')} -> {out_ty}")
                     continue
                 lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
                 if part not in lhs_parts:
                     converted = b.op(f"ttg.convert_layout {values[part]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
                     lhs_parts[part] = split(converted, (ROWS, kk), lay.lhs)
                 (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[part], weight
-                rhs_ty = tensor_type((kk, w), "f32", lay.rhs)
+                rhs_ty = tensor_type((kk, share), "f32", lay.rhs)
                 dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
                 # three independent products: mma chains a third as deep as one chain through all three
                 small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
@@ -746,12 +883,12 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         g.b = b
         reduction = inner in a.reductions
         if reduction:  # over the columns of its [B, W] inputs, into a [B, 1] statistic
-            w = next(_shape(v)[1] for v, mp in zip(g.ins, g.maps) if _map_dims(mp) == [0, 1])
+            w = share = next(_shape(v)[1] for v, mp in zip(g.ins, g.maps) if _map_dims(mp) == [0, 1])  # one part
         body_values = {}
         for arg, v, mp in zip(g.body.arguments, g.ins, g.maps):
             scalar, dims = _scalar_constant(v), _map_dims(mp)
             if scalar is not None:
-                body_values[arg] = b.const(scalar[0], scalar[1], (ROWS, w), lay.tile)
+                body_values[arg] = b.const(scalar[0], scalar[1], (ROWS, share), lay.tile)
             elif dims == [1]:
                 body_values[arg] = blocks[(v, first, w)]
             elif dims == [0, None]:  # a statistic, along the columns
@@ -760,7 +897,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             else:
                 body_values[arg] = block_of(v, first, w)
         if not reduction:
-            return g.run_body(None, body_values, {}, None, (ROWS, w))
+            return g.run_body(None, body_values, {}, None, (ROWS, share))
         combiners = split_combiners(inner)
         g.run_body(None, body_values, {}, None, (ROWS, w), stop={c: None for c in combiners})
         statistics = []
@@ -812,4 +949,5 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         store_tile(p, f"{loop}#{i}", w)
     kernel = b.text()
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
-    return RowScanLaunch(kernel, operands, a.rows)
+    return RowScanLaunch(kernel, operands, a.rows, parts, exchange_floats=sum(2 * a.rows * w for _, w in exchanges),
+                         arrivals=len(exchanges) * -(-a.rows // ROWS))
