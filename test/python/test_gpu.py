@@ -480,6 +480,49 @@ def test_gated_cells_run_as_row_kernels_and_train(kind, h, tmp_path):
         assert list((graph / part).glob("tidal_scan_rows_*.tt*ir")), part
 
 
+@pytest.mark.parametrize("kind,h", [("rnn", 64), ("lstm", 128), ("gru", 128)])
+def test_row_kernels_under_tf32_precision_stay_within_eagers_error(kind, h, tmp_path):
+    """With torch.set_float32_matmul_precision("high") the row kernel multiplies with one TF32
+    product (as cuBLAS then does, and cuDNN's RNNs by default): its outputs and gradients are no
+    further from the cell in float64 than eager's own Python loop under the same precision."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import GATES, make_cell
+
+    gen = torch.Generator().manual_seed(3)
+    xs, cotangent = torch.randn(32, 40, h, generator=gen), torch.randn(32, 40, h, generator=gen)
+
+    def run(model, device, dtype):
+        x = xs.to(device, dtype).requires_grad_(True)
+        ys = model(x)
+        (ys * cotangent.to(device, dtype)).sum().backward()
+        return [t.detach().cpu().double() for t in [ys, x.grad, *(p.grad for p in model.parameters() if p.grad is not None)]]
+
+    exact = run(make_cell(kind, h, "cpu", "loop").double(), "cpu", torch.float64)
+    default = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(make_cell(kind, h, "cuda", "scan"), backend="tidal", fullgraph=True,
+                                 options={**STRICT, "dump_dir": str(tmp_path)})
+        got = run(compiled, "cuda", torch.float32)
+        eager = run(make_cell(kind, h, "cuda", "loop"), "cuda", torch.float32)
+    finally:
+        torch.set_float32_matmul_precision(default)
+        torch._dynamo.reset()
+    for g, e, x in zip(got, eager, exact):
+        ours, theirs = (g - x).abs().max().item(), (e - x).abs().max().item()
+        assert ours <= 2 * theirs + 1e-5 * x.abs().max().item(), (ours, theirs)
+    (graph,) = tmp_path.glob("graph*")
+    for part in ("forward", "backward"):
+        (kernel,) = (graph / part).glob("tidal_scan_rows_*.tt*ir")
+        text = kernel.read_text()
+        assert "tf32x3" not in text, part
+        if part == "forward":  # one product per gate block
+            assert text.count("tt.dot ") == GATES[kind], text
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_rnn_modules_train_as_row_kernels_on_cuda(kind, tmp_path):
     """nn.LSTM / nn.GRU (2 layers, bidirectional, H = 64) in compiled code train with one row

@@ -994,3 +994,32 @@ def test_scan_kernels_of_either_column_addressing_compile_to_ptx(unit_runs):
         ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
         assert f".entry {kernel.name}(" in ptx
         assert [n for n in ("RS", "CI", "IS", "CS") if f"%{n}" in kernel.text or n in kernel.signature] == ["RS", "CI", "IS", "CS"]
+
+
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_row_kernel_products_follow_float32_matmul_precision(monkeypatch, precision):
+    """fp32 products as three TF32 products (hi·hi + hi·lo + lo·hi) by default; one TF32 product
+    where the user allows TF32 for fp32 matmuls (`torch.set_float32_matmul_precision("high")`, as
+    cuBLAS and cuDNN's RNNs then compute), with weights of half the bytes: an LSTM with H = 128
+    (256 KiB of TF32 high parts) is split in 2 programs a block instead of 4."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_cell
+
+    default = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        rnn, _ = _row_scan_launches(monkeypatch, _WideRNN.make(64), torch.zeros(32, 64), torch.randn(8, 32, 64))
+        lstm, _ = _row_scan_launches(monkeypatch, make_cell("lstm", 128, "cpu", "scan"), torch.randn(8, 32, 128))
+    finally:
+        torch.set_float32_matmul_precision(default)
+    loop = kernel_asm(rnn[0].kernel, "ttgir", ("cuda", 90))
+    loop = loop[loop.index("scf.for"):]
+    assert loop.count("tt.dot ") == (3 if precision == "highest" else 1), loop
+    (launch,) = lstm
+    assert launch.parts == (4 if precision == "highest" else 2)
+    ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
+    assert len(re.findall(rf"tt\.dot .* -> tensor<16x{128 // launch.parts}xf32", ttgir)) == 4 * (3 if precision == "highest" else 1)

@@ -35,6 +35,9 @@ NUM_WARPS = 8  # 4 warps: 0.61 ms instead of 0.50 for the RNN of bench/ (B=32, H
 # fp32 products as three TF32 tensor-core products (hi·hi + hi·lo + lo·hi): 2.3e-6 from eager's
 # fp32 matmul on that RNN (IEEE FMA dot: 1.8e-6, but 16x slower; one TF32 product: 2.7e-3).
 DOT_PRECISION = "tf32x3"
+# Where the user allows TF32 for fp32 matmuls (torch.set_float32_matmul_precision("high") or
+# "medium", as cuBLAS then computes them, and as cuDNN's RNNs do by default), one TF32 product of
+# the rounded operands: a third of the tensor-core work, and weights of half the bytes.
 # The weights stay in shared memory for the whole loop, each as its TF32 high and low parts: an
 # [H, H] matrix takes 8·H² bytes (H = 128: 128 KiB). H100 and H200 have 227 KiB per SM, and
 # Triton needs some for layout conversions; an RNN with H = 256 (512 KiB) asked for 544 KiB and
@@ -183,6 +186,7 @@ class _Analysis:
         self.held_slices: set = set()  # held tiles some of whose column blocks are read
         self.held_concats: set = set()  # concats also held whole
         self.matmul_columns: dict = {}  # a matmul's result -> the column blocks (first, width) computed
+        self.tf32_parts = 2  # each operand as TF32 high and low parts (three products), or 1 (one)
 
     def const_index(self, value) -> int | None:
         for i, a in enumerate(self.args[self.n + self.k :]):
@@ -419,9 +423,16 @@ class _Analysis:
         return True
 
 
+def _three_products() -> bool:
+    import torch
+
+    return torch.get_float32_matmul_precision() == "highest"
+
+
 def _weight_bytes(a: "_Analysis") -> int:
-    """Bytes the step's matrices' column blocks take as their TF32 high and low parts (f32 each)."""
-    return sum(2 * 4 * kk * w for _, _, kk, _, w in a.matrix_blocks)
+    """Bytes the step's matrices' column blocks take as their TF32 high and low parts (f32 each;
+    the high part only with one product)."""
+    return sum(a.tf32_parts * 4 * kk * w for _, _, kk, _, w in a.matrix_blocks)
 
 
 def _sm_count() -> int:
@@ -522,11 +533,12 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     a = _Analysis(op)
     if not a.check():
         return None
+    a.tf32_parts = 2 if _three_products() else 1
     # Weights past shared memory are split among programs, or else read from global memory (L2)
     # at every step, chunk by chunk
     parts = _column_parts(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else 1
     streamed = parts == 1 and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
-    if streamed and _weight_bytes(a) // 2 > STREAMED_WEIGHT_BYTES:
+    if streamed and _weight_bytes(a) // a.tf32_parts > STREAMED_WEIGHT_BYTES:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
@@ -646,7 +658,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         cost 232 us, on every step's critical path."""
         ty = tensor_type(shape, "f32", encoding)
         hi = round_to_tf32(b, x, ty, shape, encoding)
-        return hi, b.binary("arith.subf", x, hi, ty)
+        return hi, (b.binary("arith.subf", x, hi, ty) if a.tf32_parts == 2 else None)
 
     const_args = a.args[n + k :]
     values: dict = {}  # the tiles held whole
@@ -766,7 +778,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                     dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
                     # two independent chains a block: the big product and the two small ones
                     big[(first, w)] = dot(a_hi, m_hi, big.get((first, w), zero))
-                    small[(first, w)] = dot(a_hi, m_lo, dot(a_lo, m_hi, small.get((first, w), zero)))
+                    if a_lo is not None:
+                        small[(first, w)] = dot(a_hi, m_lo, dot(a_lo, m_hi, small.get((first, w), zero)))
+        if not small:
+            return big
         return {key: b.binary("arith.addf", big[key], small[key], tensor_type((ROWS, key[1]), "f32", lay.tile)) for key in columns}
 
     exchanges: list = []  # per exchange point of a step: (its first float in the scratch, row width)
@@ -862,7 +877,8 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
                 weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
-                    acc = b.op(f"tt.dot {lhs_parts.get(part, values[part])}, {weight}, {acc}, inputPrecision = {DOT_PRECISION} : "
+                    precision = DOT_PRECISION if a.tf32_parts == 2 else "tf32"
+                    acc = b.op(f"tt.dot {lhs_parts.get(part, values[part])}, {weight}, {acc}, inputPrecision = {precision} : "
                                f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, share), 'f32')} -> {out_ty}")
                     continue
                 lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
@@ -873,8 +889,11 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                 rhs_ty = tensor_type((kk, share), "f32", lay.rhs)
                 dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
                 # three independent products: mma chains a third as deep as one chain through all three
-                small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
-                term = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
+                if a_lo is None:
+                    term = dot(a_hi, m_hi, zero)
+                else:
+                    small = b.binary("arith.addf", dot(a_lo, m_hi, zero), dot(a_hi, m_lo, zero), out_ty)
+                    term = b.binary("arith.addf", dot(a_hi, m_hi, zero), small, out_ty)
                 product = term if product is None else b.binary("arith.addf", product, term, out_ty)
             if not lay.explicit:
                 return [acc]
