@@ -641,6 +641,10 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit(f"tt.store {pointers(ptr, off, shape, lay.tile)}, {value}, {mask} : "
                f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
 
+    def tf32(x, shape, encoding):
+        """x rounded to TF32 (a tf32 `tt.dot` would truncate it: twice the error)."""
+        return round_to_tf32(b, x, tensor_type(shape, "f32", encoding), shape, encoding)
+
     def split(x, shape, encoding):
         """x's TF32 high part and the rest (hi·hi + hi·lo + lo·hi: fp32-accurate products). The
         high part is rounded in two integer ops (`round_to_tf32`; cvt.rna is four on sm_90, and an
@@ -688,7 +692,9 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                        scaled(columns(w * parts, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
         off = b.binary("arith.addi", r, cc, tensor_type((kk, w), i32, lay.rhs))
         loaded = b.op(f"tt.load {pointers(const_ptrs[c], off, (kk, w), lay.rhs)} : {tensor_type((kk, w), '!tt.ptr<f32>', lay.rhs)}")
-        return split(loaded, (kk, w), lay.rhs) if lay.explicit else loaded
+        if lay.explicit:
+            return split(loaded, (kk, w), lay.rhs)
+        return loaded if a.tf32_parts == 2 else tf32(loaded, (kk, w), lay.rhs)
 
     if not streamed:
         for key in a.matrix_blocks:  # once, before the loop (per step was 1.4x slower, IEEE dot)
@@ -874,11 +880,16 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             if parts > 1 and any(part not in lhs_parts for part, _, _ in a.lhs_parts(inner)):
                 for part, whole in exchange(inner).items():
                     lhs_parts[part] = split(whole, (ROWS, _shape(part)[1]), lay.lhs) if lay.explicit else whole
+                    if not lay.explicit and a.tf32_parts == 1:
+                        lhs_parts[part] = tf32(whole, (ROWS, _shape(part)[1]), "")
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
                 weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
+                    if a.tf32_parts == 1 and part not in lhs_parts:
+                        lhs_parts[part] = tf32(values[part], (ROWS, kk), "")
+                    lhs = lhs_parts.get(part, values[part])
                     precision = DOT_PRECISION if a.tf32_parts == 2 else "tf32"
-                    acc = b.op(f"tt.dot {lhs_parts.get(part, values[part])}, {weight}, {acc}, inputPrecision = {precision} : "
+                    acc = b.op(f"tt.dot {lhs}, {weight}, {acc}, inputPrecision = {precision} : "
                                f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, share), 'f32')} -> {out_ty}")
                     continue
                 lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
