@@ -372,10 +372,14 @@ def measure(ctx: Context, backend: str, program, inputs, *, invoke=None, referen
     return rec
 
 
+MATMUL_PRECISION_ENV = "TIDAL_BENCH_MATMUL_PRECISION"
+
+
 def child_main(unit: dict, device: str, threads: int, quick: bool) -> int:
     import torch
 
     torch.set_num_threads(threads)
+    torch.set_float32_matmul_precision(os.environ.get(MATMUL_PRECISION_ENV, "highest"))
     # Inductor's scan (and while_loop with data-dependent pieces) needs scalar outputs captured
     # to compile at all; set for every compiled configuration (cases may override per row).
     torch._dynamo.config.capture_scalar_outputs = True
@@ -391,6 +395,7 @@ def child_main(unit: dict, device: str, threads: int, quick: bool) -> int:
     try:
         for row, column, record in case.run_unit(ctx, unit):
             record.setdefault("torch_threads", torch.get_num_threads())
+            record.setdefault("float32_matmul_precision", torch.get_float32_matmul_precision())
             emit(row, column, record)
     except Exception:  # noqa: BLE001 - report, the parent records the missing cells as failed
         traceback.print_exc()

@@ -42,6 +42,9 @@ def parse_args(argv=None):
                    help="run every configuration in N fresh processes, the backends taking turns; a cell's time is the "
                         "median of the N per-process medians, shown with their spread (default 1)")
     p.add_argument("--verbose", action="store_true", help="echo each configuration's stderr")
+    p.add_argument("--matmul-precision", choices=["highest", "high", "medium"], default="highest",
+                   help="torch.set_float32_matmul_precision in every configuration (default highest: fp32 "
+                        "matmuls; high lets cuBLAS and tidal's row kernels use TF32, as cuDNN's RNNs do by default)")
     p.add_argument("--from-json", default=None, metavar="RESULTS_JSON",
                    help="measure nothing: print the tables of an earlier results.json and redraw its plots in --out")
     p.add_argument("--_single", default=None, help=argparse.SUPPRESS)
@@ -164,7 +167,8 @@ def print_report(results) -> None:
     meta = results["meta"]
     print()
     print(f"device={meta['device']} ({meta['device_name']}), threads={meta['threads']}, torch {meta['torch']}, "
-          f"tidal {meta.get('tidal', '?')}{', --quick' if meta['quick'] else ''}")
+          f"tidal {meta.get('tidal', '?')}{', --quick' if meta['quick'] else ''}, float32 matmul precision "
+          f"{meta.get('float32_matmul_precision', 'highest')} (cuDNN TF32: {meta.get('cudnn_allow_tf32', '?')})")
     print("times: median ms; 'tidal vs X' = time(X) / time(tidal) (>1: tidal faster); compile s = first call - steady call"
           + (f"; each cell the median of {meta['processes']} fresh processes, ±: half their spread"
              if meta.get("processes", 1) > 1 else ""))
@@ -217,6 +221,7 @@ def main(argv=None) -> int:
         print(f"\nredrew {len(pngs)} plots in {args.out}")
         return 0
 
+    os.environ[harness.MATMUL_PRECISION_ENV] = args.matmul_precision  # the configurations' processes inherit it
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in cases_mod.CASES]
     if unknown:
@@ -236,6 +241,8 @@ def main(argv=None) -> int:
         "cpu_count": os.cpu_count(),
         "threads": args.threads,
         "quick": args.quick,
+        "float32_matmul_precision": args.matmul_precision,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "backends": backends,
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -18,12 +18,12 @@ CASES = ["rnn_scan", "while_loop"]
 def test_bench_quick_runs_and_writes_results(tmp_path):
     pytest.importorskip("matplotlib")
     cmd = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--cases", ",".join(CASES),
-           "--backends", "eager,tidal", "--out", str(tmp_path)]
+           "--backends", "eager,tidal", "--out", str(tmp_path), "--matmul-precision", "high"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["meta"]["threads"] == 1
+    assert results["meta"]["threads"] == 1 and results["meta"]["float32_matmul_precision"] == "high"
     for case in CASES:
         rows = results["cases"][case]["rows"]
         assert rows, case
@@ -33,6 +33,7 @@ def test_bench_quick_runs_and_writes_results(tmp_path):
                 assert isinstance(rec, dict) and "status" in rec, (case, row["label"], backend, rec)
                 if rec["status"] == "ok":
                     assert rec["time_s"] > 0
+                    assert rec["float32_matmul_precision"] == "high"  # set in every configuration's process
             assert row["cells"]["inductor"]["status"] == "skipped"
             assert row["cells"]["eager"]["status"] == "ok", row["cells"]["eager"]  # the harness itself works
     assert list(tmp_path.glob("*.png")), "no plot written"
