@@ -22,7 +22,7 @@ import tidal.backends.cpu.forwarded_results  # noqa: F401  (registers tidal-forw
 import tidal.backends.cpu.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.cpu.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.cpu.scan_transposes  # noqa: F401  (registers tidal-fold-scan-transposes)
-import tidal.backends.cpu.step_destinations  # noqa: F401  (registers tidal-write-steps-in-place)
+import tidal.backends.cpu.step_destinations  # noqa: F401  (registers tidal-write-steps-in-place, tidal-walk-scan-rows)
 import tidal.backends.cpu.sliced_inputs  # noqa: F401  (registers tidal-accumulate-into-sliced-inputs)
 import tidal.backends.cpu.soft_bf16  # noqa: F401  (registers tidal-soft-bf16)
 import tidal.backends.cpu.split_functions  # noqa: F401  (registers tidal-split-large-functions)
@@ -49,7 +49,7 @@ from tidal.passes.registry import function_named, tidal_pass, tidal_pipeline
 BUFFERIZE = (
     "tidal-anchor-aten-buffers, tidal-read-only-arguments, eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries allow-unknown-ops "
     "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}, "
-    "func.func(tm-tensor-bufferize), cse, canonicalize, tidal-write-steps-in-place, func.func(buffer-hoisting, buffer-loop-hoisting)"
+    "func.func(tm-tensor-bufferize), cse, canonicalize, tidal-write-steps-in-place, tidal-walk-scan-rows, func.func(buffer-hoisting, buffer-loop-hoisting)"
 )
 
 # tidal-fold-into-matmul runs before elementwise fusion too: fusion would otherwise merge a

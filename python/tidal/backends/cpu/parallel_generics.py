@@ -104,16 +104,19 @@ def _splittable_fill(op: ir.Operation) -> tuple[list[int | None], int, int] | No
     return [None, 0], t.get_dim_size(0), total
 
 
-def _chunk(v: ir.Value, position: int, start: ir.Value, size: ir.Value) -> ir.Value:
-    """`v`'s rows [start, start + size) along `position`, as a strided subview."""
+def _chunk(v: ir.Value, position: int, start: ir.Value, size: ir.Value | int) -> ir.Value:
+    """`v`'s rows [start, start + size) along `position`, as a strided subview (of a static
+    number of rows where `size` is an int)."""
     t = ir.MemRefType(v.type)
     strides, _ = t.get_strides_and_offset()
     dyn = ir.ShapedType.get_dynamic_size()
-    shape = [dyn if k == position else t.get_dim_size(k) for k in range(t.rank)]
+    rows = size if isinstance(size, int) else dyn
+    shape = [rows if k == position else t.get_dim_size(k) for k in range(t.rank)]
     layout = ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(), strides)
     result = ir.MemRefType.get(shape, t.element_type, layout)
     offsets = [dyn if k == position else 0 for k in range(t.rank)]
-    return memref.SubViewOp(result, v, [start], [size], [], offsets, shape, [1] * t.rank).result
+    sizes = [] if isinstance(size, int) else [size]
+    return memref.SubViewOp(result, v, [start], sizes, [], offsets, shape, [1] * t.rank).result
 
 
 # Ops that may sit between the members of a group: they move before it (allocations, constants,

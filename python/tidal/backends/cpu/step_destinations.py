@@ -176,3 +176,94 @@ def write_steps_in_place(module_op):
         generic.operands[n_in] = dst
         copy.erase()
         alloc.erase()
+
+
+# ops a scan's loop may hold besides its step's generic for its rows to be walked one at a time
+_INDEXING = ("memref.subview", "arith.constant", "arith.addi", "arith.subi", "arith.muli", "affine.apply", "scf.yield")
+
+
+def _strided_rows(op, positions, sizes) -> bool:
+    """Some operand's rows (d0) lie apart in memory, further than a row's elements span: the step
+    slices [B, D] out of [B, T, D]."""
+    for v, p in zip(op.operands, positions):
+        if p is None:
+            continue
+        t = ir.MemRefType(v.type)
+        strides, _ = t.get_strides_and_offset()
+        span = 1
+        for k in range(p + 1, t.rank):
+            span *= t.get_dim_size(k)
+        if strides[p] > span:
+            return True
+    return False
+
+
+def _fixed_rows(v: ir.Value, position: int, loop) -> bool:
+    """Row `position` of the view `v` is the same row of the same buffer at every iteration of
+    `loop`: `v` is a subview, at static offset 0 in that dim, of a buffer defined outside the
+    loop (a view whose rows moved with the iteration would mix rows of different steps)."""
+    view = _owner(v)
+    if view is None or view.name != "memref.subview":
+        return False
+    owner = view.operands[0].owner
+    scope = owner.owner if isinstance(owner, ir.Block) else owner
+    while scope is not None:  # the source's definition, or the op whose block defines it
+        scope = scope.operation
+        if scope == loop:
+            return False
+        scope = scope.parent
+    offsets, sizes, _ = _slice(view)
+    kept = [k for k, size in enumerate(sizes) if size != 1]
+    rank = ir.MemRefType(v.type).rank
+    if len(kept) != rank:
+        return False  # unit dims kept and dropped alike: which source dim is row `position` is ambiguous
+    return offsets[kept[position]] == 0
+
+
+@tidal_pass("tidal-walk-scan-rows", "Walk each row of a scan's strided step slices through all steps in turn (rows outermost)")
+def walk_scan_rows(module_op):
+    """`tidal-walk-scan-rows`: a scan whose step is one elementwise generic over [B, D] slices of
+    [B, T, D] buffers walks each row b through every step before the next row.
+
+    Scanned along T, step t reads and writes B rows of D elements lying T·D apart: every array is
+    B streams advancing D elements a step (a linear recurrence over [4, 4096, 256]: 12 streams of
+    1 KiB). The step's elements never mix (identity maps, parallel iterators), so its loop can
+    run inside a loop over the rows, each step a [1, D] generic: one contiguous stream per array.
+    Taken on a bufferized `scf.for` without results whose body is views, index arithmetic and
+    that one generic, where some operand's rows are further apart than a row is long (a scan over
+    the leading dim, whose [B, D] slices are contiguous, is left as it is)."""
+    from torch_mlir.dialects import arith as arith_d, scf as scf_d
+
+    from tidal.backends.cpu.parallel_generics import _chunk, _d0_positions, _loop_sizes
+
+    for loop in ops_named(module_op, ("scf.for",)):
+        loop = loop.operation
+        if len(loop.results):
+            continue
+        body = list(loop.regions[0].blocks[0].operations)
+        generics = [op for op in body if op.name == "linalg.generic"]
+        if len(generics) != 1 or any(op.name not in _INDEXING and op.name != "linalg.generic" for op in body):
+            continue
+        generic = generics[0]
+        if not all(isinstance(v.type, ir.MemRefType) for v in generic.operands) or ops_named(generic, ("linalg.index",)):
+            continue
+        if not all("parallel" in str(it) for it in ir.ArrayAttr(generic.attributes["iterator_types"])):
+            continue
+        positions, sizes = _d0_positions(generic), _loop_sizes(generic)
+        n_in, _ = ir.DenseI32ArrayAttr(generic.attributes["operandSegmentSizes"])
+        if positions is None or sizes is None or sizes[0] < 2 or any(p is None for p in positions[n_in:]):
+            continue
+        if not _strided_rows(generic, positions, sizes) or \
+                not all(p is None or _fixed_rows(v, p, loop) for v, p in zip(generic.operands, positions)):
+            continue
+        with loop.location, ir.InsertionPoint(loop):
+            index = ir.IndexType.get()
+            rows = scf_d.ForOp(arith_d.ConstantOp(index, 0).result, arith_d.ConstantOp(index, sizes[0]).result,
+                               arith_d.ConstantOp(index, 1).result, [])
+            with ir.InsertionPoint(rows.body):
+                end = scf_d.YieldOp([])
+        loop.move_before(end.operation)
+        with generic.location, ir.InsertionPoint(generic):
+            for i, (v, p) in enumerate(zip(list(generic.operands), positions)):
+                if p is not None:
+                    generic.operands[i] = _chunk(v, p, rows.induction_variable, 1)
