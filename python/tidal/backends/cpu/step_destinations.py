@@ -68,8 +68,8 @@ def _kind(base: ir.Value) -> str:
     return "alloc" if owner.operation.name == "memref.alloc" else "unknown"
 
 
-def _slice(op) -> tuple[list, list, list] | None:
-    """(offsets, sizes, strides) of a subview, each an int or an ir.Value; None if not a plain view."""
+def _slice(op) -> tuple[list, list, list]:
+    """(offsets, sizes, strides) of a subview, each an int or an ir.Value."""
     dyn = iter(op.operands[1:])
     lists = []
     for name in ("static_offsets", "static_sizes", "static_strides"):

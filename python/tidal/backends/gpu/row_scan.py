@@ -82,11 +82,16 @@ class RowScanLaunch:
 
     @property
     def blocks(self) -> int:
-        return -(-self.rows // ROWS)
+        return _blocks(self.rows)
 
     @property
     def grid(self) -> tuple[int, int, int]:
         return (self.blocks, self.parts, 1)
+
+
+def _blocks(rows: int) -> int:
+    """Blocks of ROWS batch rows (the last one partial)."""
+    return -(-rows // ROWS)
 
 
 def _shape(value, dynamic_first: bool = False) -> tuple[int, ...] | None:
@@ -456,7 +461,7 @@ def _column_parts(a: "_Analysis") -> int:
     widths = _tile_widths(a) | {w for *_, w in a.matrix_blocks} | {w for *_, w in a.vector_blocks} | \
         {w for *_, w in a.xs_blocks} | {w for *_, w in a.slices.values()} | \
         {w for parts in a.concats.values() for *_, w in parts}
-    blocks = -(-a.rows // ROWS)
+    blocks = _blocks(a.rows)
     parts = 2
     while min(widths) // parts >= 16 and blocks * parts <= _sm_count() * COLUMN_PROGRAMS_PER_SM:
         share = _weight_bytes(a) // parts
@@ -810,7 +815,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             b.emit(f"tt.store {pointers(exchange_ptr, off, shape, lay.tile)}, {values[tile]}, {mask} : "
                    f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
         b.emit("gpu.barrier")  # every thread's stores before the arrival (its release covers them)
-        counter = b.op(f"tt.addptr {arrivals_ptr}, {b.binary('arith.addi', pid, b.const(index * -(-a.rows // ROWS), i32), i32)} : "
+        counter = b.op(f"tt.addptr {arrivals_ptr}, {b.binary('arith.addi', pid, b.const(index * _blocks(a.rows), i32), i32)} : "
                        f"!tt.ptr<i32>, i32")
         true, one, zero = b.op("arith.constant true"), b.const(1, i32), b.const(0, i32)
         target = b.binary("arith.muli", b.binary("arith.addi", t, one, i32), b.const(parts, i32), i32)
@@ -980,4 +985,4 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     kernel = b.text()
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows, parts, exchange_floats=sum(2 * a.rows * w for _, w in exchanges),
-                         arrivals=len(exchanges) * -(-a.rows // ROWS))
+                         arrivals=len(exchanges) * _blocks(a.rows))
