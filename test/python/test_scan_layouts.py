@@ -50,3 +50,17 @@ def test_linear_recurrence_over_any_dim(form, dim, reverse):
     _loop(*want, dim, reverse).backward(cotangent)
     for a, b in zip(got, want):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("form", [_by_scan, _by_associative_scan], ids=["scan", "associative_scan"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_a_long_recurrence_along_t_walks_each_row(form, reverse):
+    """[3, 20000, 40] along T: the step writes its slice of the result in place and each row runs
+    through all 20000 steps before the next (`tidal-write-steps-in-place`, `tidal-walk-scan-rows`);
+    values against the Python loop."""
+    gen = torch.Generator().manual_seed(0)
+    g = torch.rand(3, 20000, 40, dtype=torch.float64, generator=gen) * 0.1 + 0.9
+    x = torch.randn(3, 20000, 40, dtype=torch.float64, generator=gen)
+    compiled = torch.compile(lambda g, x: form(g, x, 1, reverse), backend="tidal", options=STRICT)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(g, x), _loop(g, x, 1, reverse))
