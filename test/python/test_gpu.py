@@ -950,6 +950,42 @@ def test_a_gate_computed_inside_the_scan_kernel_matches_the_loop(shape):
     torch.testing.assert_close(got.cpu(), expected.float(), rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("shape", [(4, 300, 96), (2, 5000, 64)], ids=["walk", "look_back"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_linear_recurrence_trains_with_its_shifted_operands_read_in_place(shape, reverse):
+    """The adjoint of h_t = exp(g_t) h_{t-1} + x_t scans G_t = h̄_t + a_{t+1} G_{t+1}: its
+    operand a_{t+1} is `cat([a[1:], 0])`, which the scan kernel reads from a where it is
+    (`ScanShift`), and x̄ = `cat([G_0, ...])` is written in place by the kernel making its tail
+    (`_concat_slot`). Values and gradients of g and x against the recurrence as a Python loop,
+    both scan forms and directions."""
+    from torch._higher_order_ops import associative_scan
+
+    def gated(g, x):
+        return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (g.exp(), x), dim=1,
+                                reverse=reverse, combine_mode="generic")[1]
+
+    def loop(g, x):
+        h, ys = torch.zeros_like(x[:, 0]), [None] * x.shape[1]
+        for t in (reversed(range(x.shape[1])) if reverse else range(x.shape[1])):
+            h = g[:, t].exp() * h + x[:, t]
+            ys[t] = h
+        return torch.stack(ys, 1)
+
+    gen = torch.Generator().manual_seed(7)
+    g = torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen) + 3).double()
+    x, cot = torch.randn(shape, generator=gen).double(), torch.randn(shape, generator=gen).double()
+    gq, xq = g.clone().requires_grad_(), x.clone().requires_grad_()
+    loop(gq, xq).backward(cot)  # float64 on the CPU: the reference
+    expected = (loop(g, x), gq.grad, xq.grad)
+    torch._dynamo.reset()
+    f = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
+    gc, xc = g.float().cuda().requires_grad_(), x.float().cuda().requires_grad_()
+    out = f(gc, xc)
+    out.backward(cot.float().cuda())
+    for got, want in zip((out.detach(), gc.grad, xc.grad), expected):
+        torch.testing.assert_close(got.cpu(), want.float(), rtol=2e-4, atol=2e-3)
+
+
 def test_linear_recurrence_written_as_a_scan_step_trains_on_cuda():
     """h = exp(g_t) h + x_t as a `scan` step over dim 1 of [B, T, D] (`tidal-affine-scans`: the
     forward and its adjoint become associative scans), forward and gradients of g and x against

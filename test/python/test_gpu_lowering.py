@@ -964,6 +964,46 @@ def test_an_elementwise_gate_is_computed_inside_the_scan_kernel(gpu_programs_of_
     assert len(program.kernels_for_emit()) == 2
 
 
+def test_linear_recurrence_adjoint_reads_its_shifted_operand_and_writes_its_cotangent_in_place(
+        gpu_programs_of_torch_compile):
+    """The adjoint of a linear recurrence scans (a_{t+1}, h̄_t) in reverse: `cat([a[1:], 0])`
+    has no step of its own, the scan kernel loads a one row on (`ScanShift`), and x̄'s
+    `cat([G_0, tail])` gets the tail written where it goes by the kernel making it
+    (`_concat_slot`): neither concat copies a pass over memory. Both scan kernels compile."""
+    import torch
+    from torch._higher_order_ops import associative_scan
+
+    from tidal.backends.gpu import kernels as K
+    from torch_mlir import ir
+
+    from tidal.backends.gpu.plan import _concat_slot, _shifted_operand
+
+    def gated(g, x):
+        return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (g.exp(), x), dim=1,
+                                combine_mode="generic")[1]
+
+    torch._dynamo.reset()
+    g, x = torch.randn(2, 64, 16, requires_grad=True), torch.randn(2, 64, 16, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(gated, backend="tidal", fullgraph=True, options={"fallback": "warn"})(g, x).sum().backward()
+    backward = gpu_programs_of_torch_compile[1]
+    ops = list(_walk(backward.module.operation))
+    (scan,) = [o for o in ops if o.name == "tidal.associative_scan"]
+    shifts = [_shifted_operand(v, 0) for v in list(scan.operands)]
+    assert shifts[0] is not None and shifts[0][1] == K.ScanShift(1, "0.000000e+00") and shifts[1] is None
+    concats = [o for o in ops if o.name == "tensor.concat"]
+    planned = [o for o in backward.plan.ops if o.operation.name == "tensor.concat"]
+    assert len(concats) == 2 and len(planned) == 1, [o.name for o in ops]
+    (tail,) = [p for p in planned[0].operands if not isinstance(p.owner, ir.Block) and p.owner.name == "linalg.generic"]
+    assert _concat_slot(tail) is not None
+    (kernel,) = [k for k in backward.kernels_for_emit() if "tt.scan" in k.text]
+    assert "%x0:" in kernel.text and f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+    prologues = tuple(sh[1] if sh else None for sh in shifts)
+    look_back = K.lookback_scan_kernel(scan, "look_back", 512, 16, 32, live=(False, True), prologues=prologues)
+    assert f".entry look_back(" in kernel_asm(look_back, "ptx", ("cuda", 90))
+
+
 def test_a_scan_reads_its_operands_in_place_where_their_columns_form_two_runs():
     """`_in_place_layout`: a [B, T, D] operand scanned along T is read where it is (row stride D,
     runs of D columns B·T·D... apart); blocks of columns inside one run of D are one base plus a

@@ -618,11 +618,11 @@ class ScanLayout:
 
 
 def _scan_order_addresses(b: KernelBuilder, tile: tuple[int, ...], position: str, start: str, end: str, length: str,
-                          row_stride: str, col_off_t: str, col_ok: str, reverse: bool) -> tuple[str, str]:
-    """Offsets and mask of a tile of [T, C] rows (`ScanLayout`: row t at t·row_stride, column
-    offsets `col_off_t`) whose element at `position` (an i32 tile: its place among the tile's rows
-    in scan order) is row start + position of the scan, in range below `end`; `reverse` scans read
-    row T-1 first."""
+                          row_stride: str, col_off_t: str, col_ok: str, reverse: bool) -> tuple[str, str, str]:
+    """Offsets, mask and rows t of a tile of [T, C] rows (`ScanLayout`: row t at t·row_stride,
+    column offsets `col_off_t`) whose element at `position` (an i32 tile: its place among the
+    tile's rows in scan order) is row start + position of the scan, in range below `end`;
+    `reverse` scans read row T-1 first."""
     t_i32 = tensor_type(tile, "i32")
     s = b.binary("arith.addi", b.splat(start, "i32", tile), position, t_i32)
     t = (b.binary("arith.subi", b.splat(b.binary("arith.subi", length, b.const(1, "i32"), "i32"), "i32", tile), s, t_i32)
@@ -630,7 +630,7 @@ def _scan_order_addresses(b: KernelBuilder, tile: tuple[int, ...], position: str
     in_range = b.op(f"arith.cmpi slt, {s}, {b.splat(end, 'i32', tile)} : {t_i32}")
     mask = b.binary("arith.andi", in_range, col_ok, tensor_type(tile, "i1"))
     off = b.binary("arith.addi", b.binary("arith.muli", t, b.splat(row_stride, "i32", tile), t_i32), col_off_t, t_i32)
-    return off, mask
+    return off, mask, t
 
 
 class _RowsScan:
@@ -662,9 +662,9 @@ class _RowsScan:
     def load_scan(self, start: str, end: str) -> tuple[list[str], str, str]:
         """The tile of rows [start, start + block_t) loaded and scanned: (values, offsets, mask)."""
         b, tile = self.b, self.tile
-        off, mask = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.row_stride, self.col_off_t,
-                                          self.col_ok, self.reverse)
-        tiles = _load_operands(b, self.addr, self.xs, self.elems, off, mask, tile)
+        off, mask, rows = _scan_order_addresses(b, tile, self.rows_t, start, end, self.length, self.row_stride,
+                                                self.col_off_t, self.col_ok, self.reverse)
+        tiles = _load_operands(b, self.addr, self.xs, self.elems, off, mask, tile, (rows, self.row_stride, self.length))
         return _tt_scan(b, self.op, tiles, self.elems, tile), off, mask
 
     def finish(self, values: list[str], off: str, mask: str, ys: list, carry: list[str] | None,
@@ -767,9 +767,9 @@ class _GroupedTile:
         Returns the tile state `finish` takes and the chunk's total ([C] vectors; a partial last
         chunk's is garbage, read by none)."""
         b, tile, elems, op = self.b, self.tile, self.elems, self.op
-        off, mask = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.row_stride, self.col_off_t,
-                                          self.col_ok, self.reverse)
-        loaded = _load_operands(b, self.addr, self.xs, elems, off, mask, tile)
+        off, mask, rows = _scan_order_addresses(b, tile, self.position, start, end, self.length, self.row_stride,
+                                                self.col_off_t, self.col_ok, self.reverse)
+        loaded = _load_operands(b, self.addr, self.xs, elems, off, mask, tile, (rows, self.row_stride, self.length))
         runs = _tt_scan(b, op, loaded, elems, tile, axis=1)
         totals = _last_rows(b, runs, elems, tile, self.last_in_run, axis=1)  # [G, C] per group
         before, has_before = self._exclusive(totals)
@@ -850,12 +850,15 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = Tru
 
 
 def _load_operands(b: KernelBuilder, addr: _Addressing, xs: list, elems: list[str], off: str, mask: str,
-                   tile: tuple[int, ...]) -> list[str]:
-    """The scan operands' tiles at offsets `off`: each loaded, or computed from the tiles of its
-    elementwise producer's inputs (`ScanPrologue`)."""
+                   tile: tuple[int, ...], rows: tuple[str, str, str]) -> list[str]:
+    """The scan operands' tiles at offsets `off` (`rows`: the tile's rows t, the row stride and
+    T): each loaded, computed from the tiles of its elementwise producer's inputs
+    (`ScanPrologue`), or loaded from other rows of its source (`ShiftedOperand`)."""
     tiles = []
     for x, e in zip(xs, elems):
-        if isinstance(x, ScanPrologue):
+        if isinstance(x, ShiftedOperand):
+            tiles.append(x.load(b, addr, e, off, mask, tile, *rows))
+        elif isinstance(x, ScanPrologue):
             values = {arg: addr.load(addr.pointers(ptr, pe, off), pe, mask)
                       for arg, ptr, pe in zip(x.body.body.arguments, x.pointers, x.elems)}
             tiles.append(x.body.run_body(addr, values, {}, mask, tile)[0])
@@ -875,6 +878,34 @@ class ScanPrologue:
     elems: list[str]
 
 
+@dataclass(frozen=True)
+class ScanShift:
+    """A scan operand that is a tensor of its shape moved `shift` rows along the scan (row t holds
+    the source's row t + shift), `fill` (a TTIR literal) in the rows that come from outside: the
+    concat of a slice and a constant row an adjoint builds (G_t needs a_{t+1}; da_t needs
+    h_{t-1}). The scan kernel reads the source where it is instead of a shifted copy."""
+
+    shift: int
+    fill: str
+
+
+@dataclass(frozen=True)
+class ShiftedOperand:
+    pointer: str
+    how: ScanShift
+
+    def load(self, b: KernelBuilder, addr: _Addressing, elem: str, off: str, mask: str, tile: tuple[int, ...],
+             rows: str, row_stride: str, length: str) -> str:
+        t_i32, t_i1 = tensor_type(tile, "i32"), tensor_type(tile, "i1")
+        source_rows = b.binary("arith.addi", rows, b.const(self.how.shift, "i32", tile), t_i32)
+        inside = b.binary("arith.andi", b.op(f"arith.cmpi sge, {source_rows}, {b.const(0, 'i32', tile)} : {t_i32}"),
+                          b.op(f"arith.cmpi slt, {source_rows}, {b.splat(length, 'i32', tile)} : {t_i32}"), t_i1)
+        step = b.binary("arith.muli", row_stride, b.const(self.how.shift, "i32"), "i32")
+        moved = b.binary("arith.addi", off, b.splat(step, "i32", tile), t_i32)
+        value = addr.load(addr.pointers(self.pointer, elem, moved), elem, b.binary("arith.andi", mask, inside, t_i1))
+        return b.op(f"arith.select {inside}, {value}, {b.const(self.how.fill, elem, tile)} : {t_i1}, {tensor_type(tile, elem)}")
+
+
 def prologue_generic(op) -> bool:
     """`op` is a generic a scan kernel can apply to its inputs' tiles: elementwise, one result,
     every input read through the identity map (no broadcast, no index, nothing captured but
@@ -890,7 +921,8 @@ def prologue_generic(op) -> bool:
 
 def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None, prologues: tuple | None = None):
     """A scan kernel's builder and first arguments: (builder, element types, x pointers (or
-    `ScanPrologue`s for the operands whose elementwise producer `prologues` names), y pointers
+    `ScanPrologue`s for the operands whose elementwise producer `prologues` names, or
+    `ShiftedOperand`s where it names a `ScanShift`), y pointers
     (None for outputs nothing reads), reverse)."""
     k = ir.IntegerAttr(op.attributes["num_xs"]).value
     elems = [element_type(ir.RankedTensorType(v.type).element_type) for v in list(op.operands)[:k]]
@@ -898,8 +930,9 @@ def _scan_kernel_start(op, name: str, live: tuple[bool, ...] | None, prologues: 
     xs = []
     for i, e in enumerate(elems):
         producer = prologues[i] if prologues else None
-        if producer is None:
-            xs.append(b.pointer_arg(f"x{i}", e))
+        if producer is None or isinstance(producer, ScanShift):
+            pointer = b.pointer_arg(f"x{i}", e)
+            xs.append(pointer if producer is None else ShiftedOperand(pointer, producer))
             continue
         body = GenericBody(producer, name, b)
         in_elems = [_tensor_rank_and_elem(v)[1] for v in body.ins]

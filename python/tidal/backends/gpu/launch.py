@@ -6,6 +6,8 @@ device values read on the host (`Launcher.on_host`, refused while a CUDA graph c
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from tidal.backends.gpu.triton_compile import compile_kernel
@@ -32,13 +34,16 @@ class Launcher:
         self._loaded: dict = {}  # (kernel, device) -> its CompiledKernel (a CUDA module is per device)
         self.device = None  # the GPU the current call runs on
         self._host_values: dict = {}  # id of a GPU argument made of a host value -> that value
+        self.compile_s = 0.0  # host seconds spent compiling kernels, over all calls
 
     def compiled(self, kernel):
         """`kernel` compiled and loaded for the GPU this call runs on."""
         key = (id(kernel), self.device)
         compiled = self._loaded.get(key)
         if compiled is None:
+            start = time.perf_counter()
             compiled = self._loaded[key] = compile_kernel(kernel, device=self.device)
+            self.compile_s += time.perf_counter() - start
         return compiled
 
     def device_args(self, tensors) -> list:

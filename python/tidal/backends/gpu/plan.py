@@ -254,6 +254,7 @@ class PlanBuilder:
         ins, outs, results = list(g.inputs), list(g.outputs), list(op.results)
         operands = [*ins, *outs]
         block = launch.block
+        slots = [_concat_slot(r) for r in results]
         # build the kernel now: --emit shows it (the multiple-of-16 promise only at static shapes)
         out_type = _tensor_type(outs[0])
         flat, aligned = _layout(launch.flat_reads, [], _prod(out_type.shape))
@@ -265,6 +266,9 @@ class PlanBuilder:
             # elementwise: results in the inputs' dim order, so a transposed chain stays flat
             identity_ins = [t for t, reads in zip(tensors[: len(ins)], launch.flat_reads or ()) if reads]
             res = [dense_like(env[o].shape, env[o].dtype, env[o].device, identity_ins) for o in outs]
+            for j, slot in enumerate(slots):
+                if slot is not None:
+                    res[j] = _concat_slot_view(env, *slot, res[j])
             args = _operand_args(tensors[: len(ins)], launch.captured, launch.captured_scalar, env, self._on_host)
             for j, reads in enumerate(launch.reads_init):
                 if reads:
@@ -427,6 +431,16 @@ class PlanBuilder:
 
         def step(env):
             tensors = [env[p] for p in parts]
+            written = env.pop((_IN_PLACE, result), None)
+            if written is not None:  # a generic wrote its part where it goes (`_concat_slot`)
+                out, placed = written
+                offset = 0
+                for i, t in enumerate(tensors):
+                    if i != placed:
+                        out.narrow(dim, offset, t.shape[dim]).copy_(t)
+                    offset += t.shape[dim]
+                env[result] = out
+                return
             order = _dim_order(max(tensors, key=lambda t: t.numel()))
             if order == sorted(order):
                 env[result] = torch.cat(tensors, dim)
@@ -737,9 +751,11 @@ class PlanBuilder:
         # a scan output nothing reads (a linear recurrence's running product) is never written
         live = tuple(bool(list(r.uses)) for r in results)
         fused = [_scan_prologue(v) for v in xs_values]
-        prologues = tuple(f[0] if f else None for f in fused)
+        shifted = [None if f else _shifted_operand(v, dim) for v, f in zip(xs_values, fused)]
+        prologues = tuple(f[0] if f else sh[1] if sh else None for f, sh in zip(fused, shifted))
         # per operand: the values the kernel loads for it, each with the permutation that views it as the operand
-        loaded = [[(i, f[1]) for i in list(f[0].opview.inputs)] if f else [(v, None)] for v, f in zip(xs_values, fused)]
+        loaded = [[(i, f[1]) for i in list(f[0].opview.inputs)] if f else [(sh[0] if sh else v, None)]
+                  for v, f, sh in zip(xs_values, fused, shifted)]
 
         def make(variant, block_t, block_c, unit_runs=True):
             kernel_name = f"{name}_{variant}" + ("" if unit_runs else "_strided")
@@ -816,10 +832,100 @@ def _scan_prologue(value):
     return (owner, perm) if K.prologue_generic(owner) else None
 
 
+_IN_PLACE = "part written in place"  # env key, with a concat's result: (its buffer, the part already there)
+
+
+def _concat_slot(result):
+    """(concat, operand number) when `result` is a part of a concat in its block that runs as a
+    step: the kernel making `result` writes it into its slice of the concat's buffer
+    (`_concat_slot_view`), and the concat copies only its other parts. An adjoint's
+    `cat([zeros, x̄_{1..T-1}])` then costs one row, not a pass over x̄. Other ops may read
+    `result` too (a view is as good), but it is not one the block returns (its caller gets
+    results of their own)."""
+    uses = list(result.uses)
+    if any(u.owner.name in ("func.return", "tidal.yield", "scf.yield") for u in uses):
+        return None
+    for use in uses:
+        user = use.owner
+        if user.name == "tensor.concat" and user.parent == result.owner.parent and not absorbed_by_scans(user):
+            return user, use.operand_number
+    return None
+
+
+def _concat_slot_view(env, concat, index: int, part: torch.Tensor) -> torch.Tensor:
+    """Where part `index` (`part`: the buffer it would have had) goes in the concat's result, made
+    now in `part`'s dim order; `part` itself while another part's dynamic size is not known yet."""
+    dim = ir.IntegerAttr(concat.attributes["dim"]).value
+    sizes = []
+    for i, p in enumerate(concat.operands):
+        size = part.shape[dim] if i == index else _tensor_type(p).shape[dim]
+        if size == _DYNAMIC:
+            if p not in env:
+                return part
+            size = env[p].shape[dim]
+        sizes.append(size)
+    shape = list(part.shape)
+    shape[dim] = sum(sizes)
+    order = _dim_order(part)
+    out = torch.empty([shape[d] for d in order], dtype=part.dtype, device=part.device)
+    out = out.permute([order.index(d) for d in range(len(order))])
+    env[(_IN_PLACE, concat.results[0])] = (out, index)
+    return out.narrow(dim, sum(sizes[:index]), sizes[index])
+
+
+def _shifted_operand(value, dim: int):
+    """(source, `kernels.ScanShift`) when the scan operand `value` is the concat along the scan
+    dim of a slice of `source` (a tensor of `value`'s type) starting at row 1 and one constant row
+    after it (row t is source row t + 1), or of a constant row and the slice starting at row 0
+    (row t - 1); else None."""
+    concat = value.owner
+    if isinstance(concat, ir.Block) or concat.name != "tensor.concat" or ir.IntegerAttr(concat.attributes["dim"]).value != dim:
+        return None
+    parts = list(concat.operands)
+    if len(parts) != 2:
+        return None
+    for slice_at, fill_at, first_row, shift in ((0, 1, 1, 1), (1, 0, 0, -1)):
+        piece, fill = parts[slice_at].owner, _splat_literal(parts[fill_at])
+        if isinstance(piece, ir.Block) or piece.name != "tensor.extract_slice" or fill is None:
+            continue
+        source = piece.operands[0]
+        offsets, strides = PlanBuilder._static(piece, "static_offsets"), PlanBuilder._static(piece, "static_strides")
+        if (source.type == value.type and len(piece.operands) == 1 and all(st == 1 for st in strides)
+                and offsets == [first_row if d == dim else 0 for d in range(len(offsets))]
+                and ir.RankedTensorType(parts[fill_at].type).shape[dim] == 1):
+            return source, K.ScanShift(shift, fill)
+    return None
+
+
+def _splat_literal(value) -> str | None:
+    """The TTIR literal of every element of `value` when it is a splat constant or a fill of one."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    if owner.name == "linalg.fill":
+        owner = owner.operands[0].owner
+        if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+            return None
+        text = str(owner.attributes["value"]).split(" : ")[0]
+    elif (owner.name == "arith.constant" and isinstance(owner.attributes["value"], ir.DenseElementsAttr)
+          and owner.attributes["value"].is_splat):
+        text = str(owner.attributes["value"].get_splat_value()).split(" : ")[0]
+    else:
+        return None
+    return {"0": "false", "1": "true"}.get(text, text) if element_type(ir.RankedTensorType(value.type).element_type) == "i1" else text
+
+
 def absorbed_by_scans(op) -> bool:
-    """`op` (an elementwise generic, or a transpose of its result) has no step of its own: every
-    use is a scan in the same block that computes it in its kernel (`_scan_prologue`)."""
+    """`op` (an elementwise generic, or a transpose of its result, or a shifted concat) has no
+    step of its own: every use is a scan in the same block that computes it in its kernel
+    (`_scan_prologue`, `_shifted_operand`)."""
     parent = op.operation.parent
+    if op.operation.name == "tensor.concat":
+        uses = list(op.results[0].uses)
+        return bool(uses) and all(
+            u.owner.parent == parent and _fusing_scan(u.owner, u.operand_number)
+            and _shifted_operand(op.results[0], ir.IntegerAttr(u.owner.attributes["dim"]).value) is not None
+            for u in uses)
 
     def fused_use(use) -> bool:
         user = use.owner

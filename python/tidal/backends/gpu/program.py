@@ -56,6 +56,7 @@ class GpuProgram:
         self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)
         self._staged: dict = {}  # shapes of the inputs -> [_Staged, ...], or False: not capturable
         self._seen_shapes: dict = {}
+        self._host_s: dict = {}  # shapes of the inputs -> the least host time a run of the plan took
         self._graphs_enabled = os.environ.get("TIDAL_CUDA_GRAPHS", "1") != "0"
         self.host_results: list[int] = []  # results eager leaves on the CPU (set by the driver)
         self._calls = 0
@@ -91,9 +92,12 @@ class GpuProgram:
             if ready is not None:
                 return ready.replay(tensors)
             args = self.launcher.device_args(tensors)
-            start = time.perf_counter()
+            start, compiling = time.perf_counter(), self.launcher.compile_s
             outs = self._run_plan(args)  # compiles the kernels; its results are this call's
-            host_s = time.perf_counter() - start
+            # the plan's own host time, at its least over calls of these shapes: a call that
+            # compiled a kernel variant, or met a busy host, would make copies look cheap
+            host_s = time.perf_counter() - start - (self.launcher.compile_s - compiling)
+            host_s = self._host_s[shapes] = min(host_s, self._host_s.get(shapes, host_s))
             if key in self._seen and self._keyed_captures_pay():  # buffers that come back: worth a capture
                 capture = self._capture(args, tensors)
                 self._graphs[key] = [capture] if capture else False
@@ -111,7 +115,9 @@ class GpuProgram:
                         self._staged.pop(next(iter(self._staged)))
                 self._seen_shapes[shapes] = None
                 while len(self._seen_shapes) > 4 * GRAPHS_PER_PROGRAM:
-                    self._seen_shapes.pop(next(iter(self._seen_shapes)))
+                    oldest = next(iter(self._seen_shapes))
+                    del self._seen_shapes[oldest]
+                    self._host_s.pop(oldest, None)
             return outs
         if captures is False:  # not capturable at these inputs
             return self._run_plan(self.launcher.device_args(tensors))
