@@ -738,6 +738,42 @@ def test_buffers_met_twice_by_chance_stop_the_captures(monkeypatch):
     assert not program._keyed_captures_pay()
 
 
+def test_a_training_steps_backward_replays_its_own_capture_without_copies(monkeypatch):
+    """A backward's inputs are its forward's outputs, which the forward's replays hand out from
+    the same graph buffers step after step: once they come back the backward captures them and
+    replays with no copies, even where a staged capture (its inputs copied in at every call)
+    already serves their shapes; gradients stay right throughout."""
+    import tidal.backends.gpu.program as gpu_program
+    from torch._higher_order_ops import associative_scan
+
+    monkeypatch.setattr(gpu_program, "STAGING_SHARE", 1e9)  # a staged capture wherever one can be made
+    staged_replays = []
+    replay = gpu_program._Staged.replay
+    monkeypatch.setattr(gpu_program._Staged, "replay", lambda self, tensors: staged_replays.append(1) or replay(self, tensors))
+
+    def gated(g, x):
+        return associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (g.exp(), x), dim=1,
+                                combine_mode="generic")[1]
+
+    gen = torch.Generator().manual_seed(8)
+    g = torch.nn.functional.logsigmoid(torch.randn(4, 300, 64, generator=gen) + 3).cuda().requires_grad_()
+    x, cot = torch.randn(4, 300, 64, generator=gen).cuda().requires_grad_(), torch.randn(4, 300, 64, generator=gen).cuda()
+    gd, xd = g.detach().double().requires_grad_(), x.detach().double().requires_grad_()
+    gated(gd, xd).backward(cot.double())
+    torch._dynamo.reset()
+    f = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
+    counts = []
+    for _ in range(10):
+        g.grad = x.grad = None
+        out = f(g, x)
+        out.backward(cot)
+        counts.append(len(staged_replays))
+        torch.testing.assert_close(g.grad, gd.grad.float(), rtol=2e-4, atol=2e-3)
+        torch.testing.assert_close(x.grad, xd.grad.float(), rtol=2e-4, atol=2e-3)
+    assert counts[2] > 0, "no staged capture served the backward: the test tests nothing"
+    assert counts[-1] == counts[-3], f"the last steps copied their inputs into a staged capture: {counts}"
+
+
 def test_elementwise_results_follow_transposed_inputs_and_cat_its_largest_part():
     """An elementwise kernel over [T, B, D] views of [B, T, D] buffers writes its result in that
     dim order (the layout eager's TensorIterator gives it: read and written flat), and a concat

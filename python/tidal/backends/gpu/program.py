@@ -13,7 +13,8 @@ A program called with new buffers at every call (a training step's forward, whos
 autograd holds, and its backward, whose inputs are those activations) is captured too where its
 plan costs the host more than copying its inputs would (`_worth_staging`: a host loop of kernels,
 a recurrence's T steps): over private copies of the inputs, into which each later call of the same
-shapes copies its own before the replay (`_Staged`). Buffers that come back only because the
+shapes copies its own before the replay (`_Staged`), until its buffers come back: then they get a
+capture of their own (a training step's backward, reading the replayed forward's outputs). Buffers that come back only because the
 caching allocator reuses a freed address stop the captures on buffers met twice once two of them
 never replayed (`_keyed_captures_pay`). `TIDAL_CUDA_GRAPHS=0` turns both off.
 """
@@ -88,8 +89,12 @@ class GpuProgram:
         if captures is None:
             shapes = tuple(_shape_key(t) for t in tensors)
             staged = self._staged.get(shapes)
-            ready = next((s for s in staged if s.replayable()), None) if staged else None
+            # buffers that came back get a capture of their own (no copies) even where a staged one
+            # serves their shapes: a backward whose inputs are its replayed forward's outputs
+            came_back = key in self._seen and self._keyed_captures_pay()
+            ready = next((s for s in staged if s.replayable()), None) if staged and not came_back else None
             if ready is not None:
+                self._remember(key)
                 return ready.replay(tensors)
             args = self.launcher.device_args(tensors)
             start, compiling = time.perf_counter(), self.launcher.compile_s
@@ -98,15 +103,13 @@ class GpuProgram:
             # compiled a kernel variant, or met a busy host, would make copies look cheap
             host_s = time.perf_counter() - start - (self.launcher.compile_s - compiling)
             host_s = self._host_s[shapes] = min(host_s, self._host_s.get(shapes, host_s))
-            if key in self._seen and self._keyed_captures_pay():  # buffers that come back: worth a capture
+            if came_back:  # buffers that come back: worth a capture
                 capture = self._capture(args, tensors)
                 self._graphs[key] = [capture] if capture else False
                 while len(self._graphs) > GRAPHS_PER_PROGRAM:
                     self._graphs.pop(next(iter(self._graphs)))
             else:
-                self._seen[key] = None
-                while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
-                    self._seen.pop(next(iter(self._seen)))
+                self._remember(key)
                 if shapes in self._seen_shapes and staged is not False and len(staged or ()) < CAPTURES_PER_GRAPH \
                         and self._graphs_enabled and _worth_staging(tensors, host_s):
                     new = self._stage(tensors)
@@ -130,6 +133,12 @@ class GpuProgram:
         if len(captures) < CAPTURES_PER_GRAPH:
             captures.append(self._capture(args, tensors))  # the plan captured once already: it needs no host read
         return outs
+
+    def _remember(self, key) -> None:
+        """Input buffers met (a capture is made for them when they come again)."""
+        self._seen[key] = None
+        while len(self._seen) > 4 * GRAPHS_PER_PROGRAM:
+            self._seen.pop(next(iter(self._seen)))
 
     def _run_plan(self, args: list) -> list:
         return self.plan.run({}, args, self.block)
