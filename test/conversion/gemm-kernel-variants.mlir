@@ -4,7 +4,7 @@
 // function.
 
 // B read as stored only: no packing variant.
-// CHECK-LABEL: func.func private @tidal_sgemm_rowmajor(
+// CHECK-LABEL: func.func private @tidal_sgemm_chunk(
 // CHECK:         scf.if
 // CHECK-NEXT:      func.call @tidal_sgemm_tiles(
 // CHECK:         } else {
@@ -24,7 +24,7 @@ func.func @nn(%a: memref<4x8xf32>, %b: memref<8x5xf32>, %c: memref<4x5xf32>) {
 // -----
 
 // B stored transposed only (a Linear's weight): the packing variant alone.
-// CHECK-LABEL: func.func private @tidal_sgemm_rowmajor(
+// CHECK-LABEL: func.func private @tidal_sgemm_chunk(
 // CHECK:         scf.if
 // CHECK-NEXT:      func.call @tidal_sgemm_blas(
 // CHECK:         } else {

@@ -9,9 +9,10 @@
 // column block), and its part keeps an 8x32 tile of C in sixteen 16-lane accumulators through
 // the k loop: per k, two vector loads of B's row and eight broadcast elements of A; columns past
 // the last full block of 32 are masked, rows past the last block of 8 go one at a time. f64
-// stays with BLAS.
+// stays with BLAS. A k past 2048 runs as chunks of 256, C accumulating (the kernel does not block
+// k: a long one's B panel left L2).
 
-// CHECK-LABEL: func.func private @tidal_sgemm_rowmajor(
+// CHECK-LABEL: func.func private @tidal_sgemm_chunk(
 // CHECK-SAME:    %[[TA:[^:]+]]: i8, %[[TB:[^:]+]]: i8, %{{[^:]+}}: i64, %{{[^:]+}}: i64, %[[K:[^:]+]]: i64
 // CHECK:         %[[N:.+]] = arith.constant 78 : i8
 // CHECK:         %[[UNTRANSPOSED:.+]] = arith.cmpi eq, %[[TB]], %[[N]] : i8
@@ -24,6 +25,18 @@
 // CHECK-NEXT:        func.call @tidal_sgemm_tiles_bt(%[[TA]],
 // CHECK:           } else {
 // CHECK-NEXT:        func.call @tidal_sgemm_blas(%[[TA]], %[[TB]],
+
+// CHECK-LABEL: func.func private @tidal_sgemm_rowmajor(
+// CHECK-SAME:    %[[RTA:[^:]+]]: i8, %[[RTB:[^:]+]]: i8, %{{[^:]+}}: i64, %{{[^:]+}}: i64, %[[RK:[^:]+]]: i64
+// CHECK:         %[[CHUNK:.+]] = arith.constant 256 : i64
+// CHECK:         %[[UNBLOCKED:.+]] = arith.constant 2048 : i64
+// CHECK:         %[[LONG:.+]] = arith.cmpi sgt, %[[RK]], %[[UNBLOCKED]] : i64
+// CHECK:         scf.if %[[LONG]] {
+// CHECK:           scf.for %{{.+}} = %{{.+}} to %[[RK]] step %[[CHUNK]]
+// CHECK:             arith.minsi
+// CHECK:             func.call @tidal_sgemm_chunk(%[[RTA]], %[[RTB]],
+// CHECK:         } else {
+// CHECK-NEXT:      func.call @tidal_sgemm_chunk(%[[RTA]], %[[RTB]], %{{.+}}, %{{.+}}, %[[RK]],
 
 // CHECK:       func.func private @tidal_sgemm_tiles_bt(
 // CHECK:         call @omp_get_max_threads()

@@ -174,3 +174,23 @@ def test_bad_choice_is_a_clear_error(gemm_choice):
     gemm_choice("mkl")
     with pytest.raises(ValueError, match="TIDAL_GEMM must be 'tidal' or 'blas', got 'mkl'"):
         gemm_kernel.wanted()
+
+
+def _long_k_products(h, g, w):
+    """A weight's cotangent summed over many rows (k = rows) and a product by a transposed weight."""
+    return h.t() @ g, g @ w.t(), h.t()[:, 1:] @ g[1:]
+
+
+@pytest.mark.parametrize("choice", ["tidal", "blas"])
+def test_a_long_k_runs_in_chunks_with_the_same_values(gemm_choice, choice):
+    """A k past MAX_UNBLOCKED_K runs as chunks of K_CHUNK, C accumulating (`blas._DISPATCH`): k not
+    a multiple of the chunk (a tail), A read transposed, B read both ways, against float64."""
+    assert gemm_kernel.MAX_UNBLOCKED_K < 2500 and 2500 % gemm_kernel.K_CHUNK
+    gemm_choice(choice)
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(2500, 40, generator=g), torch.randn(2500, 72, generator=g), torch.randn(36, 72, generator=g))
+    with torch.no_grad():
+        got = torch.compile(_long_k_products, backend="tidal", fullgraph=True, options={"fallback": "error"})(*args)
+    for value, want in zip(got, _long_k_products(*[a.double() for a in args])):
+        torch.testing.assert_close(value, want.float(), rtol=1e-4, atol=2e-3)

@@ -117,9 +117,49 @@ def _matrix(v: ir.Value):
 # Where tidal's own kernel serves f32 (`gemm_kernel.wanted()`), the shim sends every gemm there
 # but one whose B is stored transposed with a k longer than its panel allows, which stays with BLAS,
 # as does one read in a way none of the module's calls reads B (that variant is not emitted).
+#
+# A k past MAX_UNBLOCKED_K runs as chunks of K_CHUNK (C accumulating from the second on): the
+# kernel does not block k, and the B panel of a long k ([32768, 32] for a weight's cotangent summed
+# over T·B rows: 4 MiB) left L2 for every block of 8 rows of C (gemm_kernel.py: measured).
 _DISPATCH = """
 func.func private @tidal_sgemm_rowmajor(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
                                         %b: i64, %ldb: i64, %beta: f32, %c: i64, %ldc: i64) {{
+  %c0 = arith.constant 0 : i64
+  %c1 = arith.constant 1 : i64
+  %bytes = arith.constant 4 : i64
+  %chunk = arith.constant {k_chunk} : i64
+  %unblocked = arith.constant {max_unblocked_k} : i64
+  %long = arith.cmpi sgt, %k, %unblocked : i64
+  scf.if %long {{
+    %trans = arith.constant 84 : i8
+    %ta_t = arith.cmpi eq, %ta, %trans : i8
+    %tb_t = arith.cmpi eq, %tb, %trans : i8
+    %a_step = arith.select %ta_t, %lda, %c1 : i64
+    %b_step = arith.select %tb_t, %c1, %ldb : i64
+    %accumulate = arith.constant 1.0 : f32
+    scf.for %k0 = %c0 to %k step %chunk : i64 {{
+      %left = arith.subi %k, %k0 : i64
+      %kk = arith.minsi %left, %chunk : i64
+      %first = arith.cmpi eq, %k0, %c0 : i64
+      %beta_k = arith.select %first, %beta, %accumulate : f32
+      %a_elems = arith.muli %k0, %a_step : i64
+      %a_bytes = arith.muli %a_elems, %bytes : i64
+      %a_k = arith.addi %a, %a_bytes : i64
+      %b_elems = arith.muli %k0, %b_step : i64
+      %b_bytes = arith.muli %b_elems, %bytes : i64
+      %b_k = arith.addi %b, %b_bytes : i64
+      func.call @tidal_sgemm_chunk(%ta, %tb, %m, %n, %kk, %a_k, %lda, %b_k, %ldb, %beta_k, %c, %ldc)
+        : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+    }}
+  }} else {{
+    func.call @tidal_sgemm_chunk(%ta, %tb, %m, %n, %k, %a, %lda, %b, %ldb, %beta, %c, %ldc)
+      : (i8, i8, i64, i64, i64, i64, i64, i64, i64, f32, i64, i64) -> ()
+  }}
+  return
+}}
+
+func.func private @tidal_sgemm_chunk(%ta: i8, %tb: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64,
+                                     %b: i64, %ldb: i64, %beta: f32, %c: i64, %ldc: i64) {{
   %no_trans = arith.constant 78 : i8
   %b_untransposed = arith.cmpi eq, %tb, %no_trans : i8
   %max_k = arith.constant {max_k} : i64
@@ -154,7 +194,8 @@ def _shim_text(gemm: str, elt: str, b_transposed: frozenset = frozenset({False, 
     kernel = {False: gemm_kernel.NAME, True: gemm_kernel.NAME_B_TRANSPOSED}
     call = {t: _KERNEL_CALL.format(kernel=kernel[t]) if t in b_transposed else _BLAS_CALL for t in (False, True)}
     dispatch = _DISPATCH.format(untransposed=call[False], transposed=call[True], blas=_BLAS_CALL,
-                                max_k=gemm_kernel.MAX_PACKED_K)
+                                max_k=gemm_kernel.MAX_PACKED_K, k_chunk=gemm_kernel.K_CHUNK,
+                                max_unblocked_k=gemm_kernel.MAX_UNBLOCKED_K)
     return "\n".join([blas, gemm_kernel.kernel_text(frozenset(b_transposed)), dispatch])
 
 

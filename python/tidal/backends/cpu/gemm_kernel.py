@@ -13,8 +13,9 @@ held in 16 registers while k runs, each step one row of B (two vector loads) tim
 broadcast elements of A. B is read with unit inner stride ('N'), or, stored transposed ('T', a
 Linear's weight), packed 32 columns at a time into a [k, 32] stack panel first (`_bt` variant,
 k ≤ MAX_PACKED_K); A any way ('N' or 'T': its elements are broadcast one at a time). Columns past the last full block of 32 are masked, rows
-past the last full block of 8 run one at a time. k is not blocked: B's [k, 32] panel is reused by
-every row block and stays in L1/L2 for the widths torch models use (k ≤ 2048 is 256 KiB).
+past the last full block of 8 run one at a time. The kernel does not block k: B's [k, 32] panel is
+reused by every row block and stays in L1/L2 for the widths torch models use (k ≤ 2048 is 256
+KiB); the shim runs a longer k (a weight's cotangent summed over T·B rows) as chunks of K_CHUNK.
 
 Where it is used is decided once per process (`wanted()`): `TIDAL_GEMM=tidal` or `blas` forces
 it, otherwise it is used on a CPU with AVX-512 whose vendor is not Intel (on Intel CPUs MKL takes
@@ -217,6 +218,12 @@ _SIGNATURE = ("(%ta: i8, %m: i64, %n: i64, %k: i64, %a: i64, %lda: i64, %b: i64,
               "%c: i64, %ldc: i64)")
 # Bᵀ's panel lives on the stack: k is at most this (256 KiB); a longer k stays with BLAS.
 MAX_PACKED_K = 2048
+# The shim (`blas._DISPATCH`) runs a gemm whose k passes MAX_UNBLOCKED_K as chunks of K_CHUNK, C
+# accumulating. An LSTM adjoint's dU = Hᵀ·dG, [256, 32768]·[32768, 1024], one thread on the EPYC:
+# unchunked 352-384 ms (45-49 GFLOP/s), chunks of 1024 124 ms, 512 90 ms, 256 86 ms (200 GFLOP/s;
+# MKL 162 ms); chunking a k of 1024 cost 5-15% (dG·Wᵀ), hence chunks only past 2048.
+MAX_UNBLOCKED_K = 2048
+K_CHUNK = 256
 
 
 def _part(name: str, b_transposed: bool) -> str:
