@@ -133,10 +133,10 @@ def pytest_terminal_summary(terminalreporter):
     if not (passed or failed or skipped):
         return
     def properties(r):  # a collection error's report has none
-        return dict(getattr(r, "user_properties", ()))
+        return getattr(r, "user_properties", ())
 
-    fell_back = [(r, properties(r)["tidal_fallback"]) for r in failed if "tidal_fallback" in properties(r)]
-    wrong = [r for r in failed if "tidal_fallback" not in properties(r)]
+    fell_back = [(r, dict(properties(r))["tidal_fallback"]) for r in failed if "tidal_fallback" in dict(properties(r))]
+    wrong = [r for r in failed if "tidal_fallback" not in dict(properties(r))]
     write = terminalreporter.write_line
     terminalreporter.section("GPU suites")
     write(f"GPU suites: {len(passed)} passed, {len(fell_back)} fell back (TidalCompileError), {len(wrong)} wrong/crashed"
@@ -160,7 +160,7 @@ def pytest_terminal_summary(terminalreporter):
             write(f"  {r.nodeid.split('::', 1)[-1]}{where}: {_first_line(crash.message if crash else r.longreprtext)}")
     # the fuzzed programs torch itself rejected on the device (eager; in forward mode Dynamo also for
     # backend="eager"), each replaced by the next draw
-    redrawn = [line for r in passed + failed for key, lines in getattr(r, "user_properties", ()) if key == "fuzz_redrawn" for line in lines]
+    redrawn = [line for r in passed + failed for key, lines in properties(r) if key == "fuzz_redrawn" for line in lines]
     if redrawn:
         write(f"fuzz programs torch itself rejected on the device, each replaced by the next draw: {len(redrawn)}")
         for line in redrawn:

@@ -902,9 +902,10 @@ def _splat_literal(value) -> str | None:
     owner = value.owner
     if isinstance(owner, ir.Block):
         return None
+    elem = ir.RankedTensorType(value.type).element_type
     if owner.name == "linalg.fill":
         owner = owner.operands[0].owner
-        if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        if isinstance(owner, ir.Block) or owner.name != "arith.constant" or owner.results[0].type != elem:
             return None
         text = str(owner.attributes["value"]).split(" : ")[0]
     elif (owner.name == "arith.constant" and isinstance(owner.attributes["value"], ir.DenseElementsAttr)
@@ -912,7 +913,7 @@ def _splat_literal(value) -> str | None:
         text = str(owner.attributes["value"].get_splat_value()).split(" : ")[0]
     else:
         return None
-    return {"0": "false", "1": "true"}.get(text, text) if element_type(ir.RankedTensorType(value.type).element_type) == "i1" else text
+    return {"0": "false", "1": "true"}.get(text, text) if element_type(elem) == "i1" else text
 
 
 def absorbed_by_scans(op) -> bool:
@@ -991,19 +992,13 @@ def _folded_fill_literal(value) -> str | None:
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.operation.name != "linalg.fill":
         return None
-    constant = owner.operands[0].owner
-    if isinstance(constant, ir.Block) or constant.operation.name != "arith.constant":
-        return None
-    if constant.results[0].type != ir.RankedTensorType(value.type).element_type:
-        return None
     for use in value.uses:
         user = use.owner
         if user.operation.name != "linalg.generic" or K.split_combiners(user) is None:
             return None
         if use.operand_number < len(user.opview.inputs):
             return None
-    text = str(constant.attributes["value"]).split(" : ")[0]
-    return {"0": "false", "1": "true"}.get(text, text) if element_type(constant.results[0].type) == "i1" else text
+    return _splat_literal(value)
 
 
 def _scalar_literal(text: str):
