@@ -181,16 +181,18 @@ def _long_k_products(h, g, w):
     return h.t() @ g, g @ w.t(), h.t()[:, 1:] @ g[1:]
 
 
+@pytest.mark.parametrize("k,width", [(2500, 72), (70_000, 20)])
 @pytest.mark.parametrize("choice", ["tidal", "blas"])
-def test_a_long_k_runs_in_chunks_with_the_same_values(gemm_choice, choice):
+def test_a_long_k_runs_in_chunks_with_the_same_values(gemm_choice, choice, k, width):
     """A k past MAX_UNBLOCKED_K runs as chunks of K_CHUNK, C accumulating (`blas._DISPATCH`): k not
-    a multiple of the chunk (a tail), A read transposed, B read both ways, against float64."""
-    assert gemm_kernel.MAX_UNBLOCKED_K < 2500 and 2500 % gemm_kernel.K_CHUNK
+    a multiple of the chunk (a tail), A read transposed, B read both ways, against float64; and a
+    k of 70,000 rows (a weight's cotangent summed over T·B: 274 chunks)."""
+    assert gemm_kernel.MAX_UNBLOCKED_K < k and k % gemm_kernel.K_CHUNK
     gemm_choice(choice)
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(3)
-    args = (torch.randn(2500, 40, generator=g), torch.randn(2500, 72, generator=g), torch.randn(36, 72, generator=g))
+    args = (torch.randn(k, 40, generator=g), torch.randn(k, width, generator=g), torch.randn(36, width, generator=g))
     with torch.no_grad():
         got = torch.compile(_long_k_products, backend="tidal", fullgraph=True, options={"fallback": "error"})(*args)
     for value, want in zip(got, _long_k_products(*[a.double() for a in args])):
-        torch.testing.assert_close(value, want.float(), rtol=1e-4, atol=2e-3)
+        torch.testing.assert_close(value, want.float(), rtol=1e-4, atol=2e-3 * (k / 2500) ** 0.5)
