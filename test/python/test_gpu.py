@@ -324,6 +324,43 @@ def test_linear_recurrence_reverse_long(dtype):
 
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("length", [1, 2, 3, 8, 33, 1000])
+def test_batched_combine_of_matrix_products_matches_a_python_loop(length, reverse):
+    """Combines that are not elementwise (products of 2x2 rotations; the row of larger norm, a
+    reduction gating a select), scanned by the odd/even scan of batched combines
+    (plan._odd_even_combine): every length (odd, even, 1), either direction, along dim 1 and 0,
+    against the combines taken one at a time."""
+    from torch._higher_order_ops import associative_scan
+
+    def products(m):
+        return associative_scan(lambda p, q: p @ q, m, dim=1, reverse=reverse, combine_mode="generic")
+
+    def larger(a, b):
+        return torch.where(a.square().sum(-1, keepdim=True) >= b.square().sum(-1, keepdim=True), a, b)
+
+    def gated(x):
+        return associative_scan(larger, x, dim=0, reverse=reverse, combine_mode="generic")
+
+    gen = torch.Generator().manual_seed(length)
+    angle = torch.rand(3, length, generator=gen, dtype=torch.float64) * 6.283
+    m = torch.stack([torch.stack([angle.cos(), -angle.sin()], -1), torch.stack([angle.sin(), angle.cos()], -1)], -2)
+    x = torch.randn(length, 6, 4, generator=gen, dtype=torch.float64)
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    ref_m, ref_x = m.clone(), x.clone()
+    acc_m = acc_x = None
+    for t in order:
+        acc_m = m[:, t] if acc_m is None else acc_m @ m[:, t]
+        acc_x = x[t] if acc_x is None else larger(acc_x, x[t])
+        ref_m[:, t], ref_x[t] = acc_m, acc_x
+    torch._dynamo.reset()
+    got_m = torch.compile(products, backend="tidal", fullgraph=True, options=STRICT)(m.cuda())
+    got_x = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)(x.cuda())
+    # rotations re-associated (a tree, not a chain) round apart in f64 only
+    torch.testing.assert_close(got_m.cpu(), ref_m, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got_x.cpu(), ref_x, rtol=1e-9, atol=1e-9)
+
+
 def test_long_scan_of_booleans_and_doubles():
     """Look-back records of a bool (stored as bytes) and an f64 component: a running "seen a
     True" and a running sum over 300k rows of 16 columns (look-back chunks of 4 KiB-element

@@ -296,20 +296,55 @@ def test_a_linear_on_a_3d_input_with_dynamic_sizes_is_a_view_not_a_fallback(gpu_
                for op in _walk(programs[1].module.operation))
 
 
-def test_associative_scan_with_any_combine_is_planned_on_the_device():
-    """A combine that is not one elementwise kernel (a matrix product, a cond inside, captured
-    values) runs on the device as the sequential running combine, its steps planned once."""
+def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch):
+    """A combine that is not one elementwise kernel (a matrix product, a reduction feeding a
+    select, operands of different shapes) runs batched (conversion/batching.py): the odd/even
+    scan, one batched combine per level. A combine with a region op reading the slices (a cond
+    of matmuls) keeps the running combine, one per position. A map body runs batched, once."""
     import torch
     from torch._higher_order_ops import associative_scan
+    from torch._higher_order_ops.map import map as hop_map
+
+    from tidal.backends.gpu.plan import PlanBuilder
+
+    chosen = []
+    for form in ("_odd_even_combine", "_running_combine"):
+        original = getattr(PlanBuilder, form)
+        monkeypatch.setattr(PlanBuilder, form, lambda self, op, *a, _f=original, _n=form: chosen.append(_n) or _f(self, op, *a))
 
     def products(m):
         return associative_scan(lambda p, q: p @ q, m, dim=0, combine_mode="generic")
 
     def with_cond(x):
-        return associative_scan(lambda a, b: torch.where(a > b, a, a + b), x, dim=0, combine_mode="generic")
+        return associative_scan(lambda a, b: torch.cond(a.sum() > 0, lambda a, b: a + b, lambda a, b: a * b, (a, b)),
+                                x, dim=0, combine_mode="generic")
 
-    _traced_gpu_program(products, torch.randn(5, 2, 2))
-    _traced_gpu_program(with_cond, torch.randn(6, 4))
+    def scaled_rows(w, v):
+        return associative_scan(lambda l, r: (l[0] * r[0], l[1] * r[0].unsqueeze(-1) + r[1]), (w, v), dim=0,
+                                combine_mode="generic")[1]
+
+    def branchy(m):
+        return associative_scan(lambda p, q: torch.cond(p.sum() > 0, lambda p, q: p @ q, lambda p, q: q @ p, (p, q)),
+                                m, dim=0, combine_mode="generic")
+
+    for fn, args in ((products, (torch.randn(5, 2, 2),)), (with_cond, (torch.randn(6, 4),)),
+                     (scaled_rows, (torch.rand(5, 3), torch.randn(5, 3, 2))), (branchy, (torch.randn(5, 2, 2),))):
+        program = _traced_gpu_program(fn, *args)
+        for kernel in program.kernels_for_emit():
+            assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
+    assert chosen == ["_odd_even_combine"] * 3 + ["_running_combine"], chosen
+
+    batched_maps = []
+    original = PlanBuilder._batched_plan
+
+    def recorded(self, op, batched):
+        plan = original(self, op, batched)
+        batched_maps.append((op.name, plan is not None))
+        return plan
+
+    monkeypatch.setattr(PlanBuilder, "_batched_plan", recorded)
+    _traced_gpu_program(lambda xs, w: hop_map(lambda x, w: torch.tanh(x @ w), xs, w), torch.randn(5, 3, 4), torch.randn(4, 2))
+    assert batched_maps == [("tidal.map", True)]
 
 
 def test_row_wise_scan_is_one_kernel_with_the_time_loop_and_the_matmul_inside():

@@ -27,6 +27,7 @@ from tidal.backends.gpu.row_scan import row_scan_kernel
 from tidal.backends.gpu.ttir import element_type
 from tidal.backends.gpu.variants import (REDUCE_BLOCK, REDUCE_PROGRAMS, REDUCE_TILE, REDUCE_WARPS, _cdiv, _dense, _layout, dense_like,
                                          _lookback_window, _next_pow2, _prod, _ScanPlan, _variant_name, _Variants)
+from tidal.conversion.batching import Unbatchable, batched_function
 from tidal.diagnostics import TidalError, TidalUnsupported
 
 
@@ -650,17 +651,48 @@ class PlanBuilder:
 
         return step
 
+    def _batched_plan(self, op, batched: list[bool]):
+        """(function, its block, its plan): the block of `op`'s region over a leading batch of the
+        arguments marked in `batched` (conversion/batching.py), or None where an op of it has no
+        batching rule or its kernel no lowering; the caller then runs the region slice by slice."""
+        try:
+            with op.context, op.location:
+                fn = batched_function(op.regions[0].blocks[0], batched, "batched_region")
+            block = fn.regions[0].blocks[0]
+            return fn, block, _Plan(self, block)
+        except (Unbatchable, TidalUnsupported):
+            return None
+
     def _op_tidal_map(self, op):
         k = ir.IntegerAttr(op.attributes["num_xs"]).value
         operands, results = list(op.operands), list(op.results)
         block = op.regions[0].blocks[0]
+        batched = self._batched_plan(op, [i < k for i in range(len(operands))])
+
+        def empty(r):
+            return torch.empty([0, *_tensor_type(r).shape[1:]], dtype=_dtype(r), device="cuda")
+
+        if batched is not None:  # the body once, over every row
+            fn, batched_block, body = batched
+
+            def step(env):
+                if env[operands[0]].shape[0] == 0:
+                    outs = [empty(r) for r in results]
+                else:
+                    outs = body.run(env, [env[v] for v in operands], batched_block)
+                for r, o in zip(results, outs):
+                    env[r] = o
+
+            step.keep_alive = fn
+            return step
+
         body = _Plan(self, block)
 
         def step(env):
             xs, consts = [env[v] for v in operands[:k]], [env[v] for v in operands[k:]]
             rows = [body.run(env, [*[x[i] for x in xs], *consts], block) for i in range(xs[0].shape[0])]
             for j, r in enumerate(results):
-                env[r] = torch.stack([row[j] for row in rows]) if rows else torch.empty([0, *_tensor_type(r).shape[1:]], dtype=_dtype(r), device="cuda")
+                env[r] = torch.stack([row[j] for row in rows]) if rows else empty(r)
 
         return step
 
@@ -712,11 +744,51 @@ class PlanBuilder:
 
         return step
 
+    def _odd_even_combine(self, op, batched):
+        """An associative_scan whose combine is not one elementwise kernel (matrix products,
+        operands of different shapes, captured values), with its combine batched: the odd/even
+        scan, each level ONE batched combine over all its pairs (2·log2(T) combines in all, O(T)
+        work), the levels' results interleaved by strided copies. Nothing is read back."""
+        attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
+        k, dim = attr("num_xs"), attr("dim")
+        reverse = ir.BoolAttr(op.attributes["reverse"]).value
+        operands, results = list(op.operands), list(op.results)
+        fn, block, combine = batched
+        dtypes = [_dtype(r) for r in results]
+
+        def scan(env, xs, consts):  # along dim 0
+            length = xs[0].shape[0]
+            if length < 2:
+                return xs
+            pairs = combine.run(env, [*[x[0:length - 1:2] for x in xs], *[x[1::2] for x in xs], *consts], block)
+            odd = scan(env, pairs, consts)  # the prefixes ending at 1, 3, 5, ...
+            outs = [torch.empty(x.shape, dtype=dt, device=x.device) for x, dt in zip(xs, dtypes)]
+            for o, x, p in zip(outs, xs, odd):
+                o[0].copy_(x[0])
+                o[1::2].copy_(p)
+            if length > 2:  # those ending at 2, 4, ...: the odd prefix before, combined with x there
+                half = (length - 1) // 2
+                even = combine.run(env, [*[p[:half] for p in odd], *[x[2::2] for x in xs], *consts], block)
+                for o, e in zip(outs, even):
+                    o[2::2].copy_(e)
+            return outs
+
+        def step(env):
+            xs, consts = [env[v].movedim(dim, 0) for v in operands[:k]], [env[v] for v in operands[k:]]
+            if reverse:  # the later slices accumulated are the combine's lhs, as in the running combine
+                xs = [x.flip(0) for x in xs]
+            outs = scan(env, xs, consts)
+            for r, o in zip(results, outs):
+                env[r] = (o.flip(0) if reverse else o).movedim(0, dim)
+
+        step.keep_alive = fn
+        return step
+
     def _running_combine(self, op):
-        """An associative_scan whose combine is not one elementwise kernel (a cond or a loop
-        inside, matrix products, captured values, operands of different shapes): the CPU's
-        sequential form, the combine's steps launched once per position from the host. Nothing
-        is read back, so a replay runs it as one CUDA graph."""
+        """An associative_scan whose combine cannot be batched (`_batched_plan`: a nested region op
+        reading the slices, a scalar read out of one): the CPU's sequential form, the combine's
+        steps launched once per position from the host. Nothing is read back, so a replay runs it
+        as one CUDA graph."""
         attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
         k, dim = attr("num_xs"), attr("dim")
         reverse = ir.BoolAttr(op.attributes["reverse"]).value
@@ -744,7 +816,9 @@ class PlanBuilder:
         k = ir.IntegerAttr(op.attributes["num_xs"]).value
         dim = ir.IntegerAttr(op.attributes["dim"]).value
         if len(op.operands) != k or not K.elementwise_combine(op):
-            return self._running_combine(op)
+            n = len(op.operands)
+            batched = self._batched_plan(op, [i < 2 * k for i in range(n + k)])
+            return self._running_combine(op) if batched is None else self._odd_even_combine(op, batched)
         xs_values, results = list(op.operands)[:k], list(op.results)
         name = self._new_kernel_name("scan")
 

@@ -1,0 +1,341 @@
+"""A region's body over a batch of its arguments: `vmap` at the linalg level.
+
+`batched_function(block, batched)` builds a detached `func.func` whose arguments marked in
+`batched` carry a new leading dim of dynamic size N, and whose results are the block's results
+for each of the N slices, stacked on that dim. Arguments not marked (an associative_scan's or a
+map's captured values) are shared by every slice.
+
+Why: on the GPU an associative_scan whose combine is not one elementwise kernel (matrix
+products, operands of different shapes) ran one combine per position from the host, and a
+`tidal.map` one body per row. Batched, the combine runs on all pairs of a level of the odd/even
+scan at once (2·log2(T) launches of each of its kernels instead of T) and the map body once.
+
+Each op whose operands are all shared is cloned as it is. An op reading a batched value gets
+the leading dim: a `linalg.generic` a new outer parallel loop (its `linalg.index` dims shift),
+its output a batched init; named linalg ops, slices, reshapes and casts the same dim in their
+attributes; an ATen matmul call broadcasts over it. Anything else (a scalar extracted from a
+batched tensor, a nested region op reading a batched value) raises `Unbatchable` naming the op,
+and the caller keeps its per-slice form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch_mlir import ir
+from torch_mlir.dialects import arith, func, tensor
+
+DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+# ATen calls whose batched form is the same call with the batch dim broadcast (operands of rank >= 2)
+_MATMUL_CALLS = {"aten::mm", "aten::bmm", "aten::matmul"}
+_PURE = ("tensor.empty", "arith.constant", "tensor.dim", "linalg.fill")
+_TERMINATORS = ("tidal.yield", "func.return", "scf.yield", "linalg.yield")
+
+
+class Unbatchable(Exception):
+    def __init__(self, op, why: str):
+        super().__init__(f"'{op.name}' {why}")
+        self.op = op
+
+
+def _batched_type(t: ir.Type) -> ir.RankedTensorType:
+    t = ir.RankedTensorType(t)
+    return ir.RankedTensorType.get([DYNAMIC, *t.shape], t.element_type, t.encoding)
+
+
+def _i64_array(values) -> ir.Attribute:
+    return ir.DenseI64ArrayAttr.get([int(v) for v in values])
+
+
+def _shifted_map(m: ir.AffineMap, batched: bool) -> ir.AffineMap:
+    """`m` over one more loop dim, d0, the old dims renumbered from d1; d0 first in its results when
+    the operand is batched."""
+    shift = ir.AffineMap.get(m.n_dims + 1, m.n_symbols, [ir.AffineDimExpr.get(i + 1) for i in range(m.n_dims)])
+    moved = [e.compose(shift) for e in m.results]
+    return ir.AffineMap.get(m.n_dims + 1, m.n_symbols, ([ir.AffineDimExpr.get(0)] if batched else []) + moved)
+
+
+class _Batcher:
+    def __init__(self, block: ir.Block, batched: Sequence[bool], name: str):
+        arg_types = [_batched_type(a.type) if b else a.type for a, b in zip(block.arguments, batched)]
+        self.func = func.FuncOp(name, (arg_types, []), visibility="private")
+        self.body = self.func.add_entry_block()
+        self.ip = ir.InsertionPoint(self.body)
+        self.map: dict = {}
+        self.batched: set = set()
+        first = None
+        for old, new, b in zip(block.arguments, self.body.arguments, batched):
+            self.map[old] = new
+            if b:
+                self.batched.add(new)
+                first = new if first is None else first
+        with self.ip:
+            zero = arith.ConstantOp(ir.IndexType.get(), 0).result
+            self.n = tensor.DimOp(first, zero).result  # N, for every batched tensor.empty
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def is_batched(self, new_value) -> bool:
+        return new_value in self.batched
+
+    def _new(self, op, results, operands, attributes=None, ops=None):
+        attrs = {k: op.attributes[k] for k in op.attributes} if attributes is None else attributes
+        with self.ip, op.location:
+            new = ir.Operation.create(op.name, results=results, operands=operands, attributes=attrs)
+        self._took(op, new)
+        return new
+
+    def _took(self, old, new, batched_results=True):
+        for o, n in zip(old.results, new.results):
+            self.map[o] = n
+            if batched_results:
+                self.batched.add(n)
+
+    def _empty(self, t: ir.RankedTensorType) -> ir.Value:
+        """tensor.empty of `t` with the batch dim in front."""
+        if any(s == DYNAMIC for s in t.shape):  # its own dynamic sizes would need values here too
+            raise Unbatchable(self.func.operation, f"needs a batched {t}, which has dynamic sizes")
+        with self.ip:
+            empty = ir.Operation.create("tensor.empty", results=[_batched_type(t)], operands=[self.n]).result
+        self.batched.add(empty)
+        return empty
+
+    def broadcast(self, value: ir.Value) -> ir.Value:
+        """A shared value as a batched one (every slice the same)."""
+        if self.is_batched(value):
+            return value
+        t = ir.RankedTensorType(value.type)
+        init = self._empty(t)
+        with self.ip:
+            out = ir.Operation.create(
+                "linalg.broadcast", results=[init.type], operands=[value, init],
+                attributes={"dimensions": _i64_array([0])}, regions=1)
+            block = out.regions[0].blocks.append(t.element_type, t.element_type)
+            with ir.InsertionPoint(block):
+                ir.Operation.create("linalg.yield", operands=[block.arguments[0]])
+        self.batched.add(out.result)
+        return out.result
+
+    def batched_init(self, old_out: ir.Value) -> ir.Value:
+        """The batched version of a shared output init: a fresh batched tensor.empty, a fill of
+        one (reductions fold a filled literal), or a broadcast of anything else."""
+        new = self.map[old_out]
+        if self.is_batched(new):
+            return new
+        owner = old_out.owner if isinstance(old_out, ir.OpResult) else None
+        name = owner.name if owner is not None else None
+        if name == "tensor.empty" and not list(owner.operands):
+            return self._empty(ir.RankedTensorType(old_out.type))
+        if name == "linalg.fill" and owner.operands[1].owner.name == "tensor.empty" \
+                and not list(owner.operands[1].owner.operands):
+            init = self._empty(ir.RankedTensorType(old_out.type))
+            fill = self._clone_remapped(owner)
+            fill.operands[1] = init
+            fill.results[0].set_type(init.type)
+            self.batched.add(fill.results[0])
+            return fill.results[0]
+        return self.broadcast(new)
+
+    def _reads_batched_inside(self, op) -> bool:
+        found = False
+
+        def visit(inner):
+            nonlocal found
+            for v in inner.operands:
+                if v in self.map and self.is_batched(self.map[v]):
+                    found = True
+            return ir.WalkResult.ADVANCE
+
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner.operation.walk(visit)
+        return found
+
+    # -- ops ---------------------------------------------------------------------------------------
+
+    def _clone_remapped(self, op):
+        """`op` cloned here, its operands and the values its regions capture read through the map."""
+        new = op.clone(ip=self.ip)
+
+        def remap(inner):
+            for i, v in enumerate(list(inner.operands)):
+                if v in self.map:
+                    inner.operands[i] = self.map[v]
+            return ir.WalkResult.ADVANCE
+
+        new.walk(remap)
+        return new
+
+    def clone(self, op):
+        self._took(op, self._clone_remapped(op), batched_results=False)
+
+    def visit(self, op):
+        op = op.operation
+        operands = [self.map[v] for v in op.operands]
+        if self._reads_batched_inside(op):
+            raise Unbatchable(op, "reads a batched value inside its region")
+        if not any(self.is_batched(v) for v in operands):
+            return self.clone(op)
+        rule = getattr(self, "_op_" + op.name.replace(".", "_"), None)
+        if rule is None:
+            raise Unbatchable(op, "has no batching rule")
+        rule(op, operands)
+
+    def _op_linalg_generic(self, op, operands):
+        g = op.opview
+        n_in = len(g.inputs)
+        new_operands = operands[:n_in] + [self.batched_init(o) for o in g.outputs]
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        new_maps = [_shifted_map(m, self.is_batched(v)) for m, v in zip(maps, new_operands)]
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        new = self._clone_remapped(op)
+        for i, v in enumerate(new_operands):
+            new.operands[i] = v
+        new.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+        new.attributes["iterator_types"] = ir.ArrayAttr.get([parallel, *ir.ArrayAttr(op.attributes["iterator_types"])])
+
+        def shift_index(inner):
+            if inner.name == "linalg.index":
+                inner.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                             ir.IntegerAttr(inner.attributes["dim"]).value + 1)
+            return ir.WalkResult.ADVANCE
+
+        new.walk(shift_index)
+        for r, o in zip(new.results, new_operands[n_in:]):
+            r.set_type(o.type)
+        self._took(op, new)
+
+    def _op_linalg_fill(self, op, operands):
+        raise Unbatchable(op, "fills a batched value")  # a fill's operands are a scalar and a fresh init
+
+    def _named_with_init(self, op, operands, attributes=None):
+        """A named linalg op of one init (the last operand), batched like its init."""
+        ins = [self.broadcast(v) for v in operands[:-1]]
+        init = self.batched_init(list(op.operands)[-1])
+        new = self._clone_remapped(op)
+        for i, v in enumerate([*ins, init]):
+            new.operands[i] = v
+        for k, v in (attributes or {}).items():
+            new.attributes[k] = v
+        for r in new.results:
+            r.set_type(init.type)
+        self._took(op, new)
+
+    def _op_linalg_matmul(self, op, operands):
+        a, b = self.broadcast(operands[0]), self.broadcast(operands[1])
+        init = self.batched_init(op.operands[2])
+        from torch_mlir.dialects import linalg
+
+        with self.ip, op.location:
+            result = linalg.batch_matmul(a, b, outs=[init])
+        self.map[op.results[0]] = result
+        self.batched.add(result)
+
+    def _op_linalg_copy(self, op, operands):
+        self._named_with_init(op, operands)
+
+    def _op_linalg_transpose(self, op, operands):
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        self._named_with_init(op, operands, {"permutation": _i64_array([0, *(p + 1 for p in perm)])})
+
+    def _op_linalg_broadcast(self, op, operands):
+        dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        self._named_with_init(op, operands, {"dimensions": _i64_array([d + 1 for d in dims])})
+
+    def _reassociated(self, op, operands, extra_operands=(), attrs_update=None):
+        """collapse/expand_shape: the batch dim a group of its own, or, where the unbatched op
+        reshapes a 0-d tensor (no groups), in the one group with every dim."""
+        groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        if groups:
+            groups = [[0]] + [[i + 1 for i in g] for g in groups]
+        else:
+            larger = max(ir.RankedTensorType(op.operands[0].type).rank, ir.RankedTensorType(op.results[0].type).rank)
+            groups = [list(range(larger + 1))]
+        i64 = ir.IntegerType.get_signless(64)
+        attrs = {k: op.attributes[k] for k in op.attributes}
+        attrs["reassociation"] = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
+        attrs.update(attrs_update or {})
+        self._new(op, [_batched_type(op.results[0].type)], [operands[0], *extra_operands, *operands[1:]], attrs)
+
+    def _op_tensor_collapse_shape(self, op, operands):
+        self._reassociated(op, operands)
+
+    def _op_tensor_expand_shape(self, op, operands):
+        static = list(ir.DenseI64ArrayAttr(op.attributes["static_output_shape"]))
+        self._reassociated(op, operands, [self.n], {"static_output_shape": _i64_array([DYNAMIC, *static])})
+
+    def _op_tensor_cast(self, op, operands):
+        self._new(op, [_batched_type(op.results[0].type)], operands)
+
+    def _sliced(self, op, operands, fixed: int):
+        """extract_slice / insert_slice: offset 0, size N (a dynamic size), stride 1 on the batch dim."""
+        segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        offsets_at = fixed
+        sizes_at = offsets_at + segments[fixed]
+        new_operands = operands[:sizes_at] + [self.n] + operands[sizes_at:]
+        segments[fixed + 1] += 1
+        attrs = {k: op.attributes[k] for k in op.attributes}
+        static = {k: list(ir.DenseI64ArrayAttr(op.attributes[k])) for k in ("static_offsets", "static_sizes", "static_strides")}
+        attrs["static_offsets"] = _i64_array([0, *static["static_offsets"]])
+        attrs["static_sizes"] = _i64_array([DYNAMIC, *static["static_sizes"]])
+        attrs["static_strides"] = _i64_array([1, *static["static_strides"]])
+        attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(segments)
+        return new_operands, attrs
+
+    def _op_tensor_extract_slice(self, op, operands):
+        new_operands, attrs = self._sliced(op, operands, 1)
+        self._new(op, [_batched_type(op.results[0].type)], new_operands, attrs)
+
+    def _op_tensor_insert_slice(self, op, operands):
+        operands = [self.broadcast(operands[0]), self.batched_init(op.operands[1]), *operands[2:]]
+        new_operands, attrs = self._sliced(op, operands, 2)
+        self._new(op, [operands[1].type], new_operands, attrs)
+
+    def _op_tensor_concat(self, op, operands):
+        attrs = {k: op.attributes[k] for k in op.attributes}
+        attrs["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ir.IntegerAttr(op.attributes["dim"]).value + 1)
+        self._new(op, [_batched_type(op.results[0].type)], [self.broadcast(v) for v in operands], attrs)
+
+    def _op_tidal_aten_call(self, op, operands):
+        callee = ir.StringAttr(op.attributes["callee"]).value
+        if callee not in _MATMUL_CALLS or any(ir.RankedTensorType(v.type).rank < 2 for v in op.operands):
+            raise Unbatchable(op, f"calls {callee}, which has no batching rule")
+        attrs = {k: op.attributes[k] for k in op.attributes}
+        attrs["callee"], attrs["overload"] = ir.StringAttr.get("aten::matmul"), ir.StringAttr.get("")
+        self._new(op, [_batched_type(r.type) for r in op.results], operands, attrs)
+
+    def finish(self, terminator) -> func.FuncOp:
+        results = [self.broadcast(self.map[v]) for v in terminator.operands]
+        with self.ip:
+            func.ReturnOp(results)
+        # the shared inits the batched ops replaced
+        for op in reversed(list(self.body.operations)):
+            if op.operation.name in _PURE and not any(list(r.uses) for r in op.results):
+                op.operation.erase()
+        self.func.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get([a.type for a in self.body.arguments], [r.type for r in results]))
+        return self.func
+
+
+def batched_function(block: ir.Block, batched: Sequence[bool], name: str = "batched") -> func.FuncOp:
+    """`block`'s body over a leading batch dim of the arguments marked in `batched` (see the module
+    docstring); raises `Unbatchable` for an op it cannot batch. Needs the block's context and a
+    location as the current ones; the function is detached (the caller keeps it alive)."""
+    if not any(batched):
+        raise ValueError("nothing to batch over")
+    b = _Batcher(block, batched, name)
+    for op in block.operations:
+        if op.operation.name in _TERMINATORS:
+            fn = b.finish(op)
+            try:
+                fn.verify()
+            except ir.MLIRError as exc:  # a rule's mistake: the per-slice form still serves
+                raise Unbatchable(op.operation, f"batched to an invalid function ({exc})") from exc
+            return fn
+        try:
+            b.visit(op)
+        except ir.MLIRError as exc:
+            raise Unbatchable(op.operation, f"could not be batched ({exc})") from exc
+    raise ValueError("block has no terminator")
