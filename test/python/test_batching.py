@@ -44,6 +44,10 @@ def scaled_by_peak(a, b):  # a full reduction (0-d) expanded to [1], and collaps
     return a + b * a.amax(dim=0, keepdim=True) + b.sum().reshape(())
 
 
+def branches_of_matmuls(p, q):  # a cond that stays a cond: both branches batched, then a select
+    return torch.cond(p.sum() > 0, lambda p, q: p @ q, lambda p, q: q @ p - p, (p, q))
+
+
 def halves(a, b):  # slices and a concatenation
     return torch.cat([a[:2] + b[2:], a[2:] * b[:2]])
 
@@ -55,6 +59,7 @@ CASES = {
     "transposed_product": (transposed_product, ((3, 3),)),
     "positions": (positions, ((4,),)),
     "halves": (halves, ((4,),)),
+    "branches_of_matmuls": (branches_of_matmuls, ((2, 2),)),
     "scaled_by_peak": (scaled_by_peak, ((4,),)),
 }
 
@@ -136,13 +141,18 @@ def test_a_batched_map_body_shares_the_values_it_closes_over():
 
 
 def test_a_region_op_reading_a_batched_value_is_unbatchable_and_named():
-    """A cond whose branches are matmuls stays a region op (no select): its batched form would
-    need a batched predicate, so the GPU plan keeps the per-position combine."""
+    """A while_loop inside the combine runs a data-dependent number of iterations per slice: no
+    batching rule, so the GPU plan keeps the per-position combine."""
+    from torch._higher_order_ops import while_loop
 
-    def branchy(p, q):
-        return torch.cond(p.sum() > 0, lambda p, q: p @ q, lambda p, q: q @ p, (p, q))
+    def halving(a, b):
+        def body(x):
+            return (x * 0.5,)
 
-    gpu, op = _combine_region(branchy, ((2, 2),))
+        (c,) = while_loop(lambda x: x.abs().sum() > 1.0, body, (a + b,))
+        return c
+
+    gpu, op = _combine_region(halving, ((3,),))
     block = op.regions[0].blocks[0]
-    with op.context, op.location, pytest.raises(Unbatchable, match="tidal.cond"):
+    with op.context, op.location, pytest.raises(Unbatchable, match="tidal.while"):
         batched_function(block, [True, True], "main")

@@ -298,9 +298,10 @@ def test_a_linear_on_a_3d_input_with_dynamic_sizes_is_a_view_not_a_fallback(gpu_
 
 def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch):
     """A combine that is not one elementwise kernel (a matrix product, a reduction feeding a
-    select, operands of different shapes) runs batched (conversion/batching.py): the odd/even
-    scan, one batched combine per level. A combine with a region op reading the slices (a cond
-    of matmuls) keeps the running combine, one per position. A map body runs batched, once."""
+    select, operands of different shapes, a cond of matmuls) runs batched
+    (conversion/batching.py): the odd/even scan, one batched combine per level. A combine with a
+    while_loop inside keeps the running combine, one per position. A map body runs batched, once."""
+    from torch._higher_order_ops import while_loop
     import torch
     from torch._higher_order_ops import associative_scan
     from torch._higher_order_ops.map import map as hop_map
@@ -327,12 +328,17 @@ def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch)
         return associative_scan(lambda p, q: torch.cond(p.sum() > 0, lambda p, q: p @ q, lambda p, q: q @ p, (p, q)),
                                 m, dim=0, combine_mode="generic")
 
+    def halving(x):
+        return associative_scan(lambda a, b: while_loop(lambda c: c.abs().sum() > 1.0, lambda c: (c * 0.5,), (a + b,))[0],
+                                x, dim=0, combine_mode="generic")
+
     for fn, args in ((products, (torch.randn(5, 2, 2),)), (with_cond, (torch.randn(6, 4),)),
-                     (scaled_rows, (torch.rand(5, 3), torch.randn(5, 3, 2))), (branchy, (torch.randn(5, 2, 2),))):
+                     (scaled_rows, (torch.rand(5, 3), torch.randn(5, 3, 2))), (branchy, (torch.randn(5, 2, 2),)),
+                     (halving, (torch.randn(5, 3),))):
         program = _traced_gpu_program(fn, *args)
         for kernel in program.kernels_for_emit():
             assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
-    assert chosen == ["_odd_even_combine"] * 3 + ["_running_combine"], chosen
+    assert chosen == ["_odd_even_combine"] * 4 + ["_running_combine"], chosen
 
     batched_maps = []
     original = PlanBuilder._batched_plan

@@ -92,21 +92,29 @@ class _Batcher:
             if batched_results:
                 self.batched.add(n)
 
-    def _empty(self, t: ir.RankedTensorType) -> ir.Value:
-        """tensor.empty of `t` with the batch dim in front."""
-        if any(s == DYNAMIC for s in t.shape):  # its own dynamic sizes would need values here too
-            raise Unbatchable(self.func.operation, f"needs a batched {t}, which has dynamic sizes")
+    def _empty(self, t: ir.RankedTensorType, sizes) -> ir.Value:
+        """tensor.empty of `t` with the batch dim in front; `sizes` its dynamic sizes (new values)."""
         with self.ip:
-            empty = ir.Operation.create("tensor.empty", results=[_batched_type(t)], operands=[self.n]).result
+            empty = ir.Operation.create("tensor.empty", results=[_batched_type(t)], operands=[self.n, *sizes]).result
         self.batched.add(empty)
         return empty
+
+    def _sizes_of(self, value: ir.Value) -> list:
+        """The dynamic sizes of a slice of a new value (shared or batched), read with tensor.dim."""
+        skip = 1 if self.is_batched(value) else 0
+        sizes = []
+        with self.ip:
+            for i, s in enumerate(ir.RankedTensorType(value.type).shape[skip:]):
+                if s == DYNAMIC:
+                    sizes.append(tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), i + skip).result).result)
+        return sizes
 
     def broadcast(self, value: ir.Value) -> ir.Value:
         """A shared value as a batched one (every slice the same)."""
         if self.is_batched(value):
             return value
         t = ir.RankedTensorType(value.type)
-        init = self._empty(t)
+        init = self._empty(t, self._sizes_of(value))
         with self.ip:
             out = ir.Operation.create(
                 "linalg.broadcast", results=[init.type], operands=[value, init],
@@ -125,11 +133,11 @@ class _Batcher:
             return new
         owner = old_out.owner if isinstance(old_out, ir.OpResult) else None
         name = owner.name if owner is not None else None
-        if name == "tensor.empty" and not list(owner.operands):
-            return self._empty(ir.RankedTensorType(old_out.type))
-        if name == "linalg.fill" and owner.operands[1].owner.name == "tensor.empty" \
-                and not list(owner.operands[1].owner.operands):
-            init = self._empty(ir.RankedTensorType(old_out.type))
+        t = ir.RankedTensorType(old_out.type)
+        if name == "tensor.empty":
+            return self._empty(t, [self.map[v] for v in owner.operands])
+        if name == "linalg.fill" and isinstance(owner.operands[1], ir.OpResult) and owner.operands[1].owner.name == "tensor.empty":
+            init = self._empty(t, [self.map[v] for v in owner.operands[1].owner.operands])
             fill = self._clone_remapped(owner)
             fill.operands[1] = init
             fill.results[0].set_type(init.type)
@@ -297,6 +305,57 @@ class _Batcher:
         attrs = {k: op.attributes[k] for k in op.attributes}
         attrs["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ir.IntegerAttr(op.attributes["dim"]).value + 1)
         self._new(op, [_batched_type(op.results[0].type)], [self.broadcast(v) for v in operands], attrs)
+
+    def _op_tensor_dim(self, op, operands):
+        """The size of a dim of a batched tensor: the same for every slice, one dim on."""
+        index = op.operands[1]
+        if not (isinstance(index, ir.OpResult) and index.owner.name == "arith.constant"):
+            raise Unbatchable(op, "reads a dim chosen at run time")
+        with self.ip, op.location:
+            at = arith.ConstantOp(ir.IndexType.get(), ir.IntegerAttr(index.owner.attributes["value"]).value + 1).result
+            dim = tensor.DimOp(operands[0], at).result
+        self.map[op.results[0]] = dim  # shared: a size, not a slice's value
+
+    def _op_tidal_cond(self, op, operands):
+        """Both branches batched inline, each result selected per slice by the (batched) predicate.
+        Branches are pure; one whose untaken side would fail an assertion is not run for nothing."""
+        results = []
+        for region in op.regions:
+            block = region.blocks[0]
+            for arg, v in zip(block.arguments, operands[1:]):
+                self.map[arg] = v
+            for inner in block.operations:
+                if inner.operation.name == "tidal.yield":
+                    results.append([self.map[v] for v in inner.operands])
+                    break
+                if inner.operation.name == "cf.assert":
+                    raise Unbatchable(op, "has a branch that asserts")
+                self.visit(inner)
+        pred = operands[0]
+        for r, then_v, else_v in zip(op.results, *results):
+            self.map[r] = self._select(pred, then_v, else_v, ir.RankedTensorType(r.type), op.location)
+            self.batched.add(self.map[r])
+
+    def _select(self, pred, then_v, else_v, t: ir.RankedTensorType, loc) -> ir.Value:
+        """linalg.generic selecting, per slice, `then_v` where the 0-d (per slice) `pred` holds."""
+        rank = t.rank + 1
+        dims = [ir.AffineDimExpr.get(i) for i in range(rank)]
+        maps = [ir.AffineMap.get(rank, 0, dims[:1] if self.is_batched(pred) else [])]
+        maps += [ir.AffineMap.get(rank, 0, dims if self.is_batched(v) else dims[1:]) for v in (then_v, else_v)]
+        maps.append(ir.AffineMap.get(rank, 0, dims))
+        init = self._empty(t, self._sizes_of(then_v))
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        with self.ip, loc:
+            g = ir.Operation.create(
+                "linalg.generic", results=[init.type], operands=[pred, then_v, else_v, init],
+                attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                            "iterator_types": ir.ArrayAttr.get([parallel] * rank),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([3, 1])}, regions=1)
+            body = g.regions[0].blocks.append(ir.IntegerType.get_signless(1), t.element_type, t.element_type, t.element_type)
+            with ir.InsertionPoint(body):
+                chosen = arith.SelectOp(body.arguments[0], body.arguments[1], body.arguments[2]).result
+                ir.Operation.create("linalg.yield", operands=[chosen])
+        return g.result
 
     def _op_tidal_aten_call(self, op, operands):
         callee = ir.StringAttr(op.attributes["callee"]).value
