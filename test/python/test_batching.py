@@ -140,19 +140,36 @@ def test_a_batched_map_body_shares_the_values_it_closes_over():
     torch.testing.assert_close(got, torch.tanh(rows @ w + b))
 
 
-def test_a_region_op_reading_a_batched_value_is_unbatchable_and_named():
-    """A while_loop inside the combine runs a data-dependent number of iterations per slice: no
-    batching rule, so the GPU plan keeps the per-position combine."""
+def halving(a, b):  # a while_loop: each slice its own trip count
     from torch._higher_order_ops import while_loop
 
-    def halving(a, b):
-        def body(x):
-            return (x * 0.5,)
+    (c,) = while_loop(lambda x: x.abs().sum() > 1.0, lambda x: (x * 0.5,), (a + b,))
+    return c
 
-        (c,) = while_loop(lambda x: x.abs().sum() > 1.0, body, (a + b,))
-        return c
 
+def test_a_batched_while_loop_stops_each_slice_where_its_own_loop_would():
+    """The loop runs while any slice's predicate holds; a finished slice keeps its carries."""
     gpu, op = _combine_region(halving, ((3,),))
     block = op.regions[0].blocks[0]
-    with op.context, op.location, pytest.raises(Unbatchable, match="tidal.while"):
-        batched_function(block, [True, True], "main")
+    with op.context, op.location:
+        fn = batched_function(block, [True, True], "main")
+    native = _on_the_cpu(fn, op.context)
+    a, b = torch.randn(9, 3) * torch.logspace(-2, 3, 9).unsqueeze(1), torch.randn(9, 3)
+    (got,) = native(a, b)
+    for i in range(9):
+        torch.testing.assert_close(got[i], halving(a[i], b[i]))
+
+
+def test_a_region_op_without_a_batching_rule_is_unbatchable_and_named():
+    """A scan inside a map body reads the batched rows: no batching rule (yet), so the GPU plan
+    keeps the per-row body."""
+    from torch._higher_order_ops.map import map as hop_map
+    from torch._higher_order_ops.scan import scan
+
+    def program(xs):
+        return hop_map(lambda x: scan(lambda c, y: (c + y, c * y), torch.zeros(3), x)[1], xs)
+
+    gpu, op = _region_op(program, (torch.randn(4, 5, 3),), "tidal.map")
+    block = op.regions[0].blocks[0]
+    with op.context, op.location, pytest.raises(Unbatchable, match="tidal.scan"):
+        batched_function(block, [True], "main")

@@ -326,9 +326,10 @@ def test_linear_recurrence_reverse_long(dtype):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("length", [1, 2, 3, 8, 33, 1000])
-def test_batched_combine_of_matrix_products_matches_a_python_loop(length, reverse):
+def test_batched_combines_match_a_python_loop(length, reverse):
     """Combines that are not elementwise (products of 2x2 rotations, also through a cond of
-    matmuls; the row of larger norm, a reduction gating a select), scanned by the odd/even scan of batched combines
+    matmuls; the row of larger norm, a reduction gating a select; a max through a while_loop
+    whose trip count differs by slice), scanned by the odd/even scan of batched combines
     (plan._odd_even_combine): every length (odd, even, 1), either direction, along dim 1 and 0,
     against the combines taken one at a time."""
     from torch._higher_order_ops import associative_scan
@@ -337,14 +338,21 @@ def test_batched_combine_of_matrix_products_matches_a_python_loop(length, revers
         return associative_scan(lambda p, q: p @ q, m, dim=1, reverse=reverse, combine_mode="generic")
 
     def either_way(p, q):  # a cond that stays a cond (matmul branches): both batched, then a select
-        return torch.cond(p.sum() > 0, lambda p, q: p @ q, lambda p, q: (q.transpose(-1, -2) @ p.transpose(-1, -2)).transpose(-1, -2),
-                          (p, q))
+        def transposed(p, q):
+            return (q.transpose(-1, -2) @ p.transpose(-1, -2)).transpose(-1, -2).contiguous()
+
+        return torch.cond(p.sum() > 0, lambda p, q: p @ q, transposed, (p, q))
 
     def branchy(m):
         return associative_scan(either_way, m, dim=1, reverse=reverse, combine_mode="generic")
 
     def larger(a, b):
         return torch.where(a.square().sum(-1, keepdim=True) >= b.square().sum(-1, keepdim=True), a, b)
+
+    def looped_max(a, b):  # a while_loop inside: 0 or 1 iterations, slice by slice
+        from torch._higher_order_ops import while_loop
+
+        return while_loop(lambda c: (c < b).any(), lambda c: (torch.maximum(c, b),), (a.clone(),))[0]
 
     def gated(x):
         return associative_scan(larger, x, dim=0, reverse=reverse, combine_mode="generic")
@@ -364,10 +372,14 @@ def test_batched_combine_of_matrix_products_matches_a_python_loop(length, revers
     got_m = torch.compile(products, backend="tidal", fullgraph=True, options=STRICT)(m.cuda())
     got_x = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)(x.cuda())
     got_b = torch.compile(branchy, backend="tidal", fullgraph=True, options=STRICT)(m.cuda())
+    looped = torch.compile(lambda x: associative_scan(looped_max, x, dim=0, reverse=reverse, combine_mode="generic"),
+                           backend="tidal", fullgraph=True, options=STRICT)(x.cuda())
+    ref_max = (x.flip(0).cummax(0).values.flip(0) if reverse else x.cummax(0).values)
     # rotations re-associated (a tree, not a chain) round apart in f64 only
     torch.testing.assert_close(got_m.cpu(), ref_m, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(got_x.cpu(), ref_x, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(got_b.cpu(), ref_m, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(looped.cpu(), ref_max, rtol=0, atol=0)
 
 
 def test_long_scan_of_booleans_and_doubles():

@@ -299,8 +299,9 @@ def test_a_linear_on_a_3d_input_with_dynamic_sizes_is_a_view_not_a_fallback(gpu_
 def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch):
     """A combine that is not one elementwise kernel (a matrix product, a reduction feeding a
     select, operands of different shapes, a cond of matmuls) runs batched
-    (conversion/batching.py): the odd/even scan, one batched combine per level. A combine with a
-    while_loop inside keeps the running combine, one per position. A map body runs batched, once."""
+    (conversion/batching.py), a while_loop inside too: the odd/even scan, one batched combine per
+    level. A combine calling an ATen op without a batching rule (a cumsum, which has no Triton
+    lowering) keeps the running combine, one per position. A map body runs batched, once."""
     from torch._higher_order_ops import while_loop
     import torch
     from torch._higher_order_ops import associative_scan
@@ -332,13 +333,17 @@ def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch)
         return associative_scan(lambda a, b: while_loop(lambda c: c.abs().sum() > 1.0, lambda c: (c * 0.5,), (a + b,))[0],
                                 x, dim=0, combine_mode="generic")
 
+    def running_sums(x):
+        return associative_scan(lambda a, b: a + b.cumsum(0), x, dim=0, combine_mode="generic")
+
     for fn, args in ((products, (torch.randn(5, 2, 2),)), (with_cond, (torch.randn(6, 4),)),
                      (scaled_rows, (torch.rand(5, 3), torch.randn(5, 3, 2))), (branchy, (torch.randn(5, 2, 2),)),
-                     (halving, (torch.randn(5, 3),))):
+                     (halving, (torch.randn(5, 3),)), (running_sums, (torch.randn(5, 3),))):
         program = _traced_gpu_program(fn, *args)
         for kernel in program.kernels_for_emit():
             assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
-    assert chosen == ["_odd_even_combine"] * 4 + ["_running_combine"], chosen
+    # the cumsum's first plan is refused (no Triton lowering) and made again with it an ATen call
+    assert chosen[:5] == ["_odd_even_combine"] * 5 and set(chosen[5:]) == {"_running_combine"}, chosen
 
     batched_maps = []
     original = PlanBuilder._batched_plan

@@ -57,22 +57,30 @@ def _shifted_map(m: ir.AffineMap, batched: bool) -> ir.AffineMap:
 
 
 class _Batcher:
-    def __init__(self, block: ir.Block, batched: Sequence[bool], name: str):
-        arg_types = [_batched_type(a.type) if b else a.type for a, b in zip(block.arguments, batched)]
-        self.func = func.FuncOp(name, (arg_types, []), visibility="private")
-        self.body = self.func.add_entry_block()
-        self.ip = ir.InsertionPoint(self.body)
-        self.map: dict = {}
-        self.batched: set = set()
-        first = None
-        for old, new, b in zip(block.arguments, self.body.arguments, batched):
-            self.map[old] = new
-            if b:
-                self.batched.add(new)
-                first = new if first is None else first
+    def __init__(self, old: ir.Block, new: ir.Block, batched: Sequence[bool]):
+        """Batches `old`'s ops into `new`, whose arguments are `old`'s, batched where marked."""
+        self.body = new
+        self.ip = ir.InsertionPoint(new)
+        self.map: dict = dict(zip(old.arguments, new.arguments))
+        self.batched: set = {a for a, b in zip(new.arguments, batched) if b}
+        first = next(a for a, b in zip(new.arguments, batched) if b)
         with self.ip:
             zero = arith.ConstantOp(ir.IndexType.get(), 0).result
             self.n = tensor.DimOp(first, zero).result  # N, for every batched tensor.empty
+
+    def run(self, old: ir.Block) -> list:
+        """Batch `old`'s ops (its arguments already mapped); the new values it yields."""
+        for op in old.operations:
+            if op.operation.name in _TERMINATORS:
+                return [self.map[v] for v in op.operands]
+            self.visit(op)
+        raise ValueError("block has no terminator")
+
+    def erase_unused(self):
+        """The shared inits the batched ops replaced."""
+        for op in reversed(list(self.body.operations)):
+            if op.operation.name in _PURE and not any(list(r.uses) for r in op.results):
+                op.operation.erase()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -357,6 +365,64 @@ class _Batcher:
                 ir.Operation.create("linalg.yield", operands=[chosen])
         return g.result
 
+    def _op_tidal_while(self, op, operands):
+        """Every slice's loop in one: carries batched, the loop runs while any slice's predicate
+        holds, and a slice whose predicate is false keeps its carries (the body's are dropped by a
+        select), so each slice ends where its own loop would."""
+        if "stack_outputs" in op.attributes and ir.BoolAttr(op.attributes["stack_outputs"]).value:
+            raise Unbatchable(op, "stacks its iterations (rows per slice would differ)")
+        from tidal.dialects.build import build_yield, create_region_op
+
+        n = ir.IntegerAttr(op.attributes["num_carries"]).value
+        new_operands = [self.broadcast(v) for v in operands[:n]] + operands[n:]
+        flags = [self.is_batched(v) for v in new_operands]
+        types = [v.type for v in new_operands]
+        with self.ip, op.location:
+            loop = create_region_op("tidal.while", results=types[:n], operands=new_operands,
+                                    attributes={"num_carries": op.attributes["num_carries"]}, region_arg_types=[types, types])
+        cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+
+        inner = _Batcher(cond, loop.regions[0].blocks[0], flags)
+        (pred,) = inner.run(cond)
+        with inner.ip, op.location:
+            build_yield([inner.any(pred)])
+        inner.erase_unused()
+
+        inner = _Batcher(cond, loop.regions[1].blocks[0], flags)
+        (pred,) = inner.run(cond)  # this iteration's predicate, per slice
+        inner.map.update(zip(body.arguments, loop.regions[1].blocks[0].arguments))
+        stepped = inner.run(body)
+        kept = [inner._select(pred, new, old, ir.RankedTensorType(r.type), op.location)
+                for new, old, r in zip(stepped, loop.regions[1].blocks[0].arguments, op.results)]
+        with inner.ip, op.location:
+            build_yield(kept)
+        inner.erase_unused()
+        self._took(op, loop)
+
+    def any(self, pred: ir.Value) -> ir.Value:
+        """A 0-d i1: whether any slice's predicate holds."""
+        if not self.is_batched(pred):
+            return pred
+        i1 = ir.IntegerType.get_signless(1)
+        with self.ip:
+            false = arith.ConstantOp(i1, 0).result
+            init = ir.Operation.create("tensor.empty", results=[ir.RankedTensorType.get([], i1)]).result
+            fill = ir.Operation.create("linalg.fill", results=[init.type], operands=[false, init],
+                                       attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])}, regions=1)
+            fb = fill.regions[0].blocks.append(i1, i1)
+            with ir.InsertionPoint(fb):
+                ir.Operation.create("linalg.yield", operands=[fb.arguments[0]])
+            g = ir.Operation.create(
+                "linalg.generic", results=[init.type], operands=[pred, fill.result],
+                attributes={"indexing_maps": ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get(1, 0, [ir.AffineDimExpr.get(0)])),
+                                                               ir.AffineMapAttr.get(ir.AffineMap.get(1, 0, []))]),
+                            "iterator_types": ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<reduction>")]),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])}, regions=1)
+            body = g.regions[0].blocks.append(i1, i1)
+            with ir.InsertionPoint(body):
+                ir.Operation.create("linalg.yield", operands=[arith.OrIOp(body.arguments[0], body.arguments[1]).result])
+        return g.result
+
     def _op_tidal_aten_call(self, op, operands):
         callee = ir.StringAttr(op.attributes["callee"]).value
         if callee not in _MATMUL_CALLS or any(ir.RankedTensorType(v.type).rank < 2 for v in op.operands):
@@ -365,36 +431,22 @@ class _Batcher:
         attrs["callee"], attrs["overload"] = ir.StringAttr.get("aten::matmul"), ir.StringAttr.get("")
         self._new(op, [_batched_type(r.type) for r in op.results], operands, attrs)
 
-    def finish(self, terminator) -> func.FuncOp:
-        results = [self.broadcast(self.map[v]) for v in terminator.operands]
-        with self.ip:
-            func.ReturnOp(results)
-        # the shared inits the batched ops replaced
-        for op in reversed(list(self.body.operations)):
-            if op.operation.name in _PURE and not any(list(r.uses) for r in op.results):
-                op.operation.erase()
-        self.func.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get([a.type for a in self.body.arguments], [r.type for r in results]))
-        return self.func
-
-
 def batched_function(block: ir.Block, batched: Sequence[bool], name: str = "batched") -> func.FuncOp:
     """`block`'s body over a leading batch dim of the arguments marked in `batched` (see the module
     docstring); raises `Unbatchable` for an op it cannot batch. Needs the block's context and a
     location as the current ones; the function is detached (the caller keeps it alive)."""
     if not any(batched):
         raise ValueError("nothing to batch over")
-    b = _Batcher(block, batched, name)
-    for op in block.operations:
-        if op.operation.name in _TERMINATORS:
-            fn = b.finish(op)
-            try:
-                fn.verify()
-            except ir.MLIRError as exc:  # a rule's mistake: the per-slice form still serves
-                raise Unbatchable(op.operation, f"batched to an invalid function ({exc})") from exc
-            return fn
-        try:
-            b.visit(op)
-        except ir.MLIRError as exc:
-            raise Unbatchable(op.operation, f"could not be batched ({exc})") from exc
-    raise ValueError("block has no terminator")
+    arg_types = [_batched_type(a.type) if b else a.type for a, b in zip(block.arguments, batched)]
+    fn = func.FuncOp(name, (arg_types, []), visibility="private")
+    b = _Batcher(block, fn.add_entry_block(), batched)
+    try:
+        results = [b.broadcast(v) for v in b.run(block)]
+        with b.ip:
+            func.ReturnOp(results)
+        b.erase_unused()
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
+        fn.verify()
+    except ir.MLIRError as exc:  # a rule's mistake: the per-slice form still serves
+        raise Unbatchable(fn.operation, f"could not be batched ({exc})") from exc
+    return fn
