@@ -19,6 +19,7 @@ import tidal.backends.cpu.concat  # noqa: F401  (registers tidal-concat-in-place
 import tidal.backends.cpu.exact_contractions  # noqa: F401  (registers tidal-contract-exact-multiply-adds)
 import tidal.backends.cpu.fast_math  # noqa: F401  (registers tidal-fast-math)
 import tidal.backends.cpu.forwarded_results  # noqa: F401  (registers tidal-forward-aliased-results)
+import tidal.backends.cpu.huge_pages  # noqa: F401  (registers tidal-huge-page-buffers)
 import tidal.backends.cpu.parallel_generics  # noqa: F401  (registers tidal-parallelize-generics)
 import tidal.backends.cpu.results_to_arguments  # noqa: F401  (registers tidal-results-to-arguments)
 import tidal.backends.cpu.scan_transposes  # noqa: F401  (registers tidal-fold-scan-transposes)
@@ -66,7 +67,7 @@ LINALG_TO_LLVM = tidal_pipeline(
     "func.func(refback-munge-memref-copy), canonicalize, "
     "tidal-matmul-to-blas, tidal-parallelize-generics, tidal-forall-to-threads, tidal-split-large-functions, scf-forall-to-for, "
     "func.func(tm-tensor-to-loops), func.func(convert-linalg-to-loops), convert-vector-to-scf, tidal-hoist-stack-slots, convert-scf-to-cf, "
-    "expand-strided-metadata, lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, "
+    "expand-strided-metadata, lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm{use-generic-functions=true}, tidal-huge-page-buffers, "
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
     "math-extend-to-supported-types, arith-expand{include-bf16}, convert-math-to-llvm, "
     "convert-math-to-libm, convert-arith-to-llvm, convert-ub-to-llvm, convert-func-to-llvm, convert-cf-to-llvm, "
