@@ -160,16 +160,35 @@ def test_a_batched_while_loop_stops_each_slice_where_its_own_loop_would():
         torch.testing.assert_close(got[i], halving(a[i], b[i]))
 
 
-def test_a_region_op_without_a_batching_rule_is_unbatchable_and_named():
-    """A scan inside a map body reads the batched rows: no batching rule (yet), so the GPU plan
-    keeps the per-row body."""
+def test_a_batched_scan_walks_every_rows_steps_one_dim_further_in():
+    """A scan inside a map body: the batched scan runs along dim 1 of its batched xs, its carries
+    batched, its stacked outputs batched in front of the scan dim."""
     from torch._higher_order_ops.map import map as hop_map
     from torch._higher_order_ops.scan import scan
 
-    def program(xs):
-        return hop_map(lambda x: scan(lambda c, y: (c + y, c * y), torch.zeros(3), x)[1], xs)
+    def row(x, w):
+        return scan(lambda c, y: (torch.tanh(c * w + y), c * y), torch.zeros(3), x)
 
-    gpu, op = _region_op(program, (torch.randn(4, 5, 3),), "tidal.map")
+    def program(xs, w):
+        return hop_map(lambda x, w: row(x, w)[1], xs, w)
+
+    w = torch.randn(3)
+    gpu, op = _region_op(program, (torch.randn(4, 5, 3), w), "tidal.map")
     block = op.regions[0].blocks[0]
-    with op.context, op.location, pytest.raises(Unbatchable, match="tidal.scan"):
-        batched_function(block, [True], "main")
+    with op.context, op.location:
+        fn = batched_function(block, [True, False], "main")
+    assert "tidal.scan" in str(fn)
+    native = _on_the_cpu(fn, op.context)
+    xs = torch.randn(6, 5, 3)
+    (got,) = native(xs, w)
+    for i in range(6):
+        torch.testing.assert_close(got[i], row(xs[i], w)[1])
+
+
+def test_an_op_without_a_batching_rule_is_unbatchable_and_named():
+    """A cumsum (an ATen call on the GPU: it has no Triton lowering) has no batching rule: the GPU
+    plan keeps the per-position combine."""
+    gpu, op = _combine_region(lambda a, b: a + b.cumsum(0), ((3,),))
+    block = op.regions[0].blocks[0]
+    with op.context, op.location, pytest.raises(Unbatchable, match="aten::cumsum"):
+        batched_function(block, [True, True], "main")

@@ -399,6 +399,30 @@ class _Batcher:
         inner.erase_unused()
         self._took(op, loop)
 
+    def _op_tidal_scan(self, op, operands):
+        """The same scan one dim further in: carries and xs batched (a shared one broadcast), each
+        step's slices batched, the stacked outputs batched in front of their scan dim."""
+        from tidal.dialects.build import build_yield, create_region_op
+
+        n, k = (ir.IntegerAttr(op.attributes[a]).value for a in ("num_carries", "num_xs"))
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        new_operands = [self.broadcast(v) for v in operands[:n + k]] + operands[n + k:]
+        body = op.regions[0].blocks[0]
+        arg_types = [_batched_type(a.type) if i < n + k else new_operands[i].type for i, a in enumerate(body.arguments)]
+        flags = [i < n + k or self.is_batched(v) for i, v in enumerate(new_operands)]
+        attrs = {a: op.attributes[a] for a in op.attributes}
+        attrs["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim + 1)
+        with self.ip, op.location:
+            loop = create_region_op("tidal.scan", results=[_batched_type(r.type) for r in op.results], operands=new_operands,
+                                    attributes=attrs, region_arg_types=[arg_types])
+        block = loop.regions[0].blocks[0]
+        inner = _Batcher(body, block, flags)
+        stepped = [inner.broadcast(v) for v in inner.run(body)]
+        with inner.ip, op.location:
+            build_yield(stepped)
+        inner.erase_unused()
+        self._took(op, loop)
+
     def any(self, pred: ir.Value) -> ir.Value:
         """A 0-d i1: whether any slice's predicate holds."""
         if not self.is_batched(pred):
