@@ -199,8 +199,12 @@ class PlanBuilder:
         variants = _Variants(self, op, make)
 
         def blocks(rows: int, red: int) -> tuple[int, int]:
+            """Two row tiles per reduction size, not one per power of two of the rows: a batched
+            combine meets a new row count at every level of its scan, and each variant is a
+            compile (a [1000, 6, 4] scan compiled 10 of them for one reduction)."""
             block_r = min(_next_pow2(max(red, 1)), REDUCE_BLOCK)
-            return min(max(1, REDUCE_TILE // block_r), _next_pow2(max(rows, 1))), block_r
+            full = max(1, REDUCE_TILE // block_r)
+            return (full if rows >= full else min(full, SMALL_ROW_TILE)), block_r
 
         # build a kernel now, so Triton verifies it before any call and --emit shows it
         sizes = [_static_or_typical(_tensor_type(operands[k]).shape[r]) for k, r in dim_sources]
@@ -879,6 +883,10 @@ class PlanBuilder:
                 env[r] = o.movedim(0, dim) if o is not None else None
 
         return step
+
+
+# The row tile of a split reduction over fewer rows than a full tile holds.
+SMALL_ROW_TILE = 64
 
 
 def _fusing_scan(user, operand_number: int) -> bool:
