@@ -74,7 +74,7 @@ def _combine_region(combine, shapes, length=5):
     return _region_op(program, xs, "tidal.associative_scan")
 
 
-def _region_op(program, inputs, name):
+def _region_op(program, inputs, name, outermost=False):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gpu = gpu_function(import_program(program, inputs))
@@ -85,7 +85,9 @@ def _region_op(program, inputs, name):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
-    gpu.module.operation.walk(visit)
+    gpu.module.operation.walk(visit)  # post-order: an op nested in another of its kind first
+    if outermost:
+        return gpu, found[-1]
     (op,) = found
     return gpu, op
 
@@ -183,6 +185,30 @@ def test_a_batched_scan_walks_every_rows_steps_one_dim_further_in():
     (got,) = native(xs, w)
     for i in range(6):
         torch.testing.assert_close(got[i], row(xs[i], w)[1])
+
+
+def test_a_map_inside_a_map_runs_batched_over_both_dims():
+    """An inner map over a batched row's rows: one body over N·M flattened rows, a value batched
+    over N repeated for each of its M rows, the results unflattened."""
+    from torch._higher_order_ops.map import map as hop_map
+
+    def inner(row, scale, w):
+        return hop_map(lambda r, scale, w: torch.tanh(r @ w) * scale, row, scale, w)
+
+    def program(xs, scales, w):
+        return hop_map(lambda pair, w: inner(pair[0], pair[1].sum(), w), (xs, scales), w)
+
+    w = torch.randn(4, 2)
+    gpu, op = _region_op(program, (torch.randn(3, 5, 4), torch.randn(3, 2), w), "tidal.map", outermost=True)
+    block = op.regions[0].blocks[0]
+    with op.context, op.location:
+        fn = batched_function(block, [True, True, False], "main")
+    assert "tidal.map" not in str(fn)
+    native = _on_the_cpu(fn, op.context)
+    xs, scales = torch.randn(6, 5, 4), torch.randn(6, 2)
+    (got,) = native(xs, scales, w)
+    for i in range(6):
+        torch.testing.assert_close(got[i], inner(xs[i], scales[i].sum(), w))
 
 
 def test_an_op_without_a_batching_rule_is_unbatchable_and_named():

@@ -57,13 +57,15 @@ def _shifted_map(m: ir.AffineMap, batched: bool) -> ir.AffineMap:
 
 
 class _Batcher:
-    def __init__(self, old: ir.Block, new: ir.Block, batched: Sequence[bool]):
-        """Batches `old`'s ops into `new`, whose arguments are `old`'s, batched where marked."""
+    def __init__(self, old: ir.Block, new: ir.Block, batched: Sequence[bool], values: Sequence[ir.Value] | None = None):
+        """Batches `old`'s ops into `new`, `old`'s arguments standing for `values` (by default
+        `new`'s arguments), batched where marked."""
+        values = list(new.arguments) if values is None else list(values)
         self.body = new
         self.ip = ir.InsertionPoint(new)
-        self.map: dict = dict(zip(old.arguments, new.arguments))
-        self.batched: set = {a for a, b in zip(new.arguments, batched) if b}
-        first = next(a for a, b in zip(new.arguments, batched) if b)
+        self.map: dict = dict(zip(old.arguments, values))
+        self.batched: set = {v for v, b in zip(values, batched) if b}
+        first = next(v for v, b in zip(values, batched) if b)
         with self.ip:
             zero = arith.ConstantOp(ir.IndexType.get(), 0).result
             self.n = tensor.DimOp(first, zero).result  # N, for every batched tensor.empty
@@ -422,6 +424,57 @@ class _Batcher:
             build_yield(stepped)
         inner.erase_unused()
         self._took(op, loop)
+
+    def _op_tidal_map(self, op, operands):
+        """A map inside: its body batched over both dims at once, the N slices' M rows flattened
+        to N·M (batched captured values repeated M times), its results unflattened."""
+        k = ir.IntegerAttr(op.attributes["num_xs"]).value
+        xs = [self.broadcast(v) for v in operands[:k]]
+        with self.ip, op.location:
+            one = arith.ConstantOp(ir.IndexType.get(), 1).result
+            rows = tensor.DimOp(xs[0], one).result
+        flat = [self._flattened(x) for x in xs]
+        consts = [self._flattened(self._repeated(v, rows)) if self.is_batched(v) else v for v in operands[k:]]
+        body = op.regions[0].blocks[0]
+        inner = _Batcher(body, self.body, [True] * k + [self.is_batched(v) for v in operands[k:]], flat + consts)
+        results = [inner.broadcast(v) for v in inner.run(body)]
+        for r, v in zip(op.results, results):
+            t = _batched_type(r.type)  # [N, M, ...]
+            i64 = ir.IntegerType.get_signless(64)
+            groups = [[0, 1]] + [[i] for i in range(2, t.rank)]
+            sizes = [self.n] + ([rows] if t.shape[1] == DYNAMIC else [])
+            with self.ip, op.location:
+                unflat = ir.Operation.create(
+                    "tensor.expand_shape", results=[t], operands=[v, *sizes],
+                    attributes={"reassociation": ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups]),
+                                "static_output_shape": _i64_array(t.shape)}).result
+            self.map[r] = unflat
+            self.batched.add(unflat)
+
+    def _flattened(self, value: ir.Value) -> ir.Value:
+        """[N, M, ...] as [N·M, ...]."""
+        t = ir.RankedTensorType(value.type)
+        i64 = ir.IntegerType.get_signless(64)
+        groups = [[0, 1]] + [[i] for i in range(2, t.rank)]
+        with self.ip:
+            return ir.Operation.create(
+                "tensor.collapse_shape", results=[ir.RankedTensorType.get([DYNAMIC, *t.shape[2:]], t.element_type)],
+                operands=[value],
+                attributes={"reassociation": ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])}).result
+
+    def _repeated(self, value: ir.Value, rows: ir.Value) -> ir.Value:
+        """A batched [N, ...] as [N, M, ...], each slice's value in its M rows."""
+        t = ir.RankedTensorType(value.type)
+        out_type = ir.RankedTensorType.get([DYNAMIC, DYNAMIC, *t.shape[1:]], t.element_type)
+        with self.ip:
+            init = ir.Operation.create("tensor.empty", results=[out_type],
+                                       operands=[self.n, rows, *self._sizes_of(value)]).result
+            out = ir.Operation.create("linalg.broadcast", results=[out_type], operands=[value, init],
+                                      attributes={"dimensions": _i64_array([1])}, regions=1)
+            block = out.regions[0].blocks.append(t.element_type, t.element_type)
+            with ir.InsertionPoint(block):
+                ir.Operation.create("linalg.yield", operands=[block.arguments[0]])
+        return out.result
 
     def any(self, pred: ir.Value) -> ir.Value:
         """A 0-d i1: whether any slice's predicate holds."""
