@@ -13,8 +13,10 @@ scan at once (2·log2(T) launches of each of its kernels instead of T) and the m
 Each op whose operands are all shared is cloned as it is. An op reading a batched value gets
 the leading dim: a `linalg.generic` a new outer parallel loop (its `linalg.index` dims shift),
 its output a batched init; named linalg ops, slices, reshapes and casts the same dim in their
-attributes; an ATen matmul call broadcasts over it. Anything else (a scalar extracted from a
-batched tensor, a nested region op reading a batched value) raises `Unbatchable` naming the op,
+attributes; an ATen matmul call broadcasts over it. Region ops are batched through their bodies:
+a cond runs both branches and selects per slice, a while_loop runs while any slice's predicate
+holds, a scan runs one dim further in, an inner map is flattened into the batch. Anything else
+(another ATen call, a scalar extracted from a batched tensor) raises `Unbatchable` naming the op,
 and the caller keeps its per-slice form.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torch_mlir import ir
-from torch_mlir.dialects import arith, func, tensor
+from torch_mlir.dialects import arith, func, linalg, tensor
 
 DYNAMIC = ir.ShapedType.get_dynamic_size()
 
@@ -89,7 +91,7 @@ class _Batcher:
     def is_batched(self, new_value) -> bool:
         return new_value in self.batched
 
-    def _new(self, op, results, operands, attributes=None, ops=None):
+    def _new(self, op, results, operands, attributes=None):
         attrs = {k: op.attributes[k] for k in op.attributes} if attributes is None else attributes
         with self.ip, op.location:
             new = ir.Operation.create(op.name, results=results, operands=operands, attributes=attrs)
@@ -244,8 +246,6 @@ class _Batcher:
     def _op_linalg_matmul(self, op, operands):
         a, b = self.broadcast(operands[0]), self.broadcast(operands[1])
         init = self.batched_init(op.operands[2])
-        from torch_mlir.dialects import linalg
-
         with self.ip, op.location:
             result = linalg.batch_matmul(a, b, outs=[init])
         self.map[op.results[0]] = result

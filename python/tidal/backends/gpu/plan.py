@@ -789,8 +789,8 @@ class PlanBuilder:
         return step
 
     def _running_combine(self, op):
-        """An associative_scan whose combine cannot be batched (`_batched_plan`: a nested region op
-        reading the slices, a scalar read out of one): the CPU's sequential form, the combine's
+        """An associative_scan whose combine cannot be batched (`_batched_plan`: an ATen call without
+        a batching rule, a scalar read out of a slice): the CPU's sequential form, the combine's
         steps launched once per position from the host. Nothing is read back, so a replay runs it
         as one CUDA graph."""
         attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
