@@ -74,10 +74,10 @@ def _combine_region(combine, shapes, length=5):
     return _region_op(program, xs, "tidal.associative_scan")
 
 
-def _region_op(program, inputs, name, outermost=False):
+def _region_op(program, inputs, name, outermost=False, dynamic_shapes=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gpu = gpu_function(import_program(program, inputs))
+        gpu = gpu_function(import_program(program, inputs, dynamic_shapes=dynamic_shapes))
     found = []
 
     def visit(op):
@@ -121,6 +121,25 @@ def test_a_batched_combine_is_the_combine_on_every_slice(name):
         want = list(want) if isinstance(want, tuple) else [want]
         for g, w in zip(got, want):
             torch.testing.assert_close(g[i], w)
+
+
+def test_a_gather_of_a_dynamic_size_reads_each_slices_own_slice():
+    """Products of [B, 3, 3] stacks with B dynamic: torch-mlir broadcasts each operand with a
+    gather generic (tensor.extract of the captured operand at index 0 where its size is 1). Batched,
+    the gather reads slice i's operand for slice i."""
+    def program(m):
+        return associative_scan(lambda p, q: p @ q, m, dim=0, combine_mode="generic")
+
+    dims = ({0: torch.export.Dim("T", min=2), 1: torch.export.Dim("B", min=2)},)
+    gpu, op = _region_op(program, (torch.randn(5, 4, 3, 3),), "tidal.associative_scan", dynamic_shapes=dims)
+    block = op.regions[0].blocks[0]
+    with op.context, op.location:
+        fn = batched_function(block, [True, True], "main")
+    assert "tensor.extract" in str(fn)
+    native = _on_the_cpu(fn, op.context)
+    lhs, rhs = torch.randn(6, 2, 3, 3), torch.randn(6, 2, 3, 3)
+    (got,) = native(lhs, rhs)
+    torch.testing.assert_close(got, lhs @ rhs)
 
 
 def test_a_batched_map_body_shares_the_values_it_closes_over():

@@ -157,14 +157,14 @@ class _Batcher:
             return fill.results[0]
         return self.broadcast(new)
 
-    def _reads_batched_inside(self, op) -> bool:
-        found = False
+    def _batched_reads_inside(self, op) -> list:
+        """(op, operand number) of each read of a batched value inside `op`'s regions."""
+        found = []
 
         def visit(inner):
-            nonlocal found
-            for v in inner.operands:
+            for i, v in enumerate(inner.operands):
                 if v in self.map and self.is_batched(self.map[v]):
-                    found = True
+                    found.append((inner, i))
             return ir.WalkResult.ADVANCE
 
         for region in op.regions:
@@ -194,9 +194,13 @@ class _Batcher:
     def visit(self, op):
         op = op.operation
         operands = [self.map[v] for v in op.operands]
-        if self._reads_batched_inside(op):
+        reads = self._batched_reads_inside(op)
+        # a gather-style generic (torch-mlir's broadcast of a dynamic size) reads its source with
+        # tensor.extract: each slice's body reads its own slice (_op_linalg_generic)
+        gathers = op.name == "linalg.generic" and all(r.name == "tensor.extract" and i == 0 for r, i in reads)
+        if reads and not gathers:
             raise Unbatchable(op, "reads a batched value inside its region")
-        if not any(self.is_batched(v) for v in operands):
+        if not reads and not any(self.is_batched(v) for v in operands):
             return self.clone(op)
         rule = getattr(self, "_op_" + op.name.replace(".", "_"), None)
         if rule is None:
@@ -223,6 +227,16 @@ class _Batcher:
             return ir.WalkResult.ADVANCE
 
         new.walk(shift_index)
+        gathers = []
+        new.walk(lambda inner: (inner.name == "tensor.extract" and self.is_batched(inner.operands[0])
+                                and gathers.append(inner)) or ir.WalkResult.ADVANCE)
+        for extract in gathers:
+            with ir.InsertionPoint(extract), extract.location:
+                row = ir.Operation.create("linalg.index", results=[ir.IndexType.get()],
+                                          attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)}).result
+                read = tensor.ExtractOp(extract.operands[0], [row, *list(extract.operands)[1:]]).result
+            extract.results[0].replace_all_uses_with(read)
+            extract.erase()
         for r, o in zip(new.results, new_operands[n_in:]):
             r.set_type(o.type)
         self._took(op, new)

@@ -16,7 +16,7 @@ from tidal.passes.registry import tidal_pipeline
 GPU_PREPARE = tidal_pipeline(
     "tidal-gpu-prepare",
     "linalg-level tidal IR → fused elementwise generics, ready for Triton kernels (GPU backend)",
-    "tidal-drop-error-checks, canonicalize, tidal-fold-adjacent-slices, tidal-pad-as-generic, tidal-cond-to-select, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), "
+    "tidal-drop-error-checks, tidal-hoist-body-sizes, canonicalize, tidal-fold-adjacent-slices, tidal-pad-as-generic, tidal-cond-to-select, tidal-hide-contractions, func.func(linalg-fuse-elementwise-ops), "
     "tidal-restore-contractions, "
     "canonicalize, cse, tidal-fuse-sibling-reductions",
 )
