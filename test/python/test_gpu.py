@@ -382,6 +382,24 @@ def test_batched_combines_match_a_python_loop(length, reverse):
     torch.testing.assert_close(looped.cpu(), ref_max, rtol=0, atol=0)
 
 
+def test_products_of_dynamic_sizes_run_batched():
+    """Matrix-product combines with the batch and the length dynamic (one graph for both calls):
+    torch-mlir's broadcast gathers run batched, against the products taken one at a time."""
+    from torch._higher_order_ops import associative_scan
+
+    products = torch.compile(lambda m: associative_scan(lambda p, q: p @ q, m, dim=1, combine_mode="generic"),
+                             backend="tidal", fullgraph=True, dynamic=True, options=STRICT)
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    for batch, length in ((3, 5), (4, 19)):
+        m = torch.linalg.matrix_exp(0.3 * torch.randn(batch, length, 3, 3, generator=gen, dtype=torch.float64))
+        ref, acc = m.clone(), m[:, 0]
+        for t in range(1, length):
+            acc = acc @ m[:, t]
+            ref[:, t] = acc
+        torch.testing.assert_close(products(m.cuda()).cpu(), ref, rtol=1e-9, atol=1e-9)
+
+
 def test_long_scan_of_booleans_and_doubles():
     """Look-back records of a bool (stored as bytes) and an f64 component: a running "seen a
     True" and a running sum over 300k rows of 16 columns (look-back chunks of 4 KiB-element
@@ -995,12 +1013,14 @@ def test_new_buffers_at_every_call_replay_a_staged_capture(monkeypatch):
 
 
 @pytest.mark.parametrize("shape,dim", [((4, 300, 96), 1), ((4, 300, 128), 1), ((4, 300, 96), 2), ((3, 5, 200_000, 2), 2),
-                                       ((2, 70_000, 64), 1)],
-                         ids=["btd_strided", "btd_unit_runs", "last_dim", "long_strided", "long_unit_runs"])
+                                       ((2, 70_000, 64), 1), ((3, 1000, 2048), 1), ((2, 777, 4100), 1), ((2, 1000, 33000), 1)],
+                         ids=["btd_strided", "btd_unit_runs", "last_dim", "long_strided", "long_unit_runs", "wide_unit_runs",
+                              "wide_strided", "wide_64_columns"])
 def test_associative_scan_reads_and_writes_its_operands_in_place(shape, dim):
     """A scan along T of [B, T, D] (any dim) reads its operands where they are and writes its
     results in the same layout (`ScanLayout`: no contiguous copies), short (one program per column
-    block) and long (look-back), with column blocks inside one run of D (one base and a range)
+    block), long (look-back) and wide (one program per column block in look-back-sized tiles; T
+    not a multiple of the tile), with column blocks inside one run of D (one base and a range)
     or not (each column's offset); against the recurrence as a float64 loop on the CPU."""
     from torch._higher_order_ops import associative_scan
 
@@ -1044,7 +1064,7 @@ def test_a_gate_computed_inside_the_scan_kernel_matches_the_loop(shape):
     torch.testing.assert_close(got.cpu(), expected.float(), rtol=2e-4, atol=2e-4)
 
 
-@pytest.mark.parametrize("shape", [(4, 300, 96), (2, 5000, 64)], ids=["walk", "look_back"])
+@pytest.mark.parametrize("shape", [(4, 300, 96), (2, 5000, 64), (2, 333, 2048)], ids=["walk", "look_back", "wide"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 def test_linear_recurrence_trains_with_its_shifted_operands_read_in_place(shape, reverse):
     """The adjoint of h_t = exp(g_t) h_{t-1} + x_t scans G_t = h̄_t + a_{t+1} G_{t+1}: its

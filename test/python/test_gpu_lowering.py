@@ -92,6 +92,32 @@ def test_look_back_tile_scans_each_threads_rows_in_registers():
     assert re.search(r'"tt\.scan"\((%\w+, ){4}%\w+\) <\{axis = 0 : i32, reverse = false\}>.*?tensor<32x16xi32', ttgir, re.S)
 
 
+def test_wide_associative_scan_walks_its_rows_in_registers_with_no_look_back():
+    """Columns enough to fill the GPU ([B, T, D] with thousands of channels): one program per
+    column block walks every row in [G, 16, C] tiles (each thread scanning its 16 rows in
+    registers), the tile total carried to the next in the loop: no flags, no atomics."""
+    from tidal.backends.gpu import kernels as K
+    from tidal.backends.gpu.variants import _ScanPlan
+
+    assert _ScanPlan(4096, 8 * 1024, [4, 4]).key == ("wide", 256, 16)
+    assert _ScanPlan(2048, 32 * 2048, [4, 4]).key == ("wide", 64, 64) and _ScanPlan(2048, 32 * 2048, [4, 4]).col_blocks == 1024
+    assert _ScanPlan(65536, 256, [4, 4]).form == "lookback" and _ScanPlan(64, 8192, [4, 4]).form == "scan"
+
+    program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
+    (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
+    kernel = K.wide_scan_kernel(op, "wide", 256, 16, live=(False, True))
+    assert kernel.num_warps == 8  # 256 threads: 16 groups of 16 rows x 16 columns
+    ttgir = kernel_asm(kernel, "ttgir", ("cuda", 90))
+    assert "atomic" not in ttgir and "isVolatile" not in ttgir
+    loop = ttgir.index("scf.for")
+    scan = re.search(r'"tt\.scan"\(%\w+, %\w+\) <\{axis = 1 : i32, reverse = false\}>.*?-> \(tensor<16x16x16xf32, (#\w+)>', ttgir[loop:], re.S)
+    assert scan, ttgir
+    layout = re.search(rf"^{scan.group(1)} = #ttg\.blocked<\{{(.*)\}}>", ttgir, re.M).group(1)
+    threads = [int(n) for n in re.search(r"threadsPerWarp = \[(\d+), (\d+), (\d+)\]", layout).groups()]
+    warps = [int(n) for n in re.search(r"warpsPerCTA = \[(\d+), (\d+), (\d+)\]", layout).groups()]
+    assert threads[1] == 1 and warps[1] == 1, layout  # the 16 rows of a run: one thread's registers
+
+
 def _walk(op):
     for region in op.regions:
         for block in region.blocks:
@@ -344,6 +370,14 @@ def test_associative_scan_with_any_combine_is_planned_on_the_device(monkeypatch)
             assert f".entry {kernel.name}(" in kernel_asm(kernel, "ptx", ("cuda", 90))
     # the cumsum's first plan is refused (no Triton lowering) and made again with it an ATen call
     assert chosen[:5] == ["_odd_even_combine"] * 5 and set(chosen[5:]) == {"_running_combine"}, chosen
+    # a dynamic batch size: torch-mlir broadcasts the matmul's operands by gathers whose sizes
+    # are read once before them (tidal-hoist-body-sizes), batched like any generic
+    chosen.clear()
+    dims = ({0: torch.export.Dim("T", min=2), 1: torch.export.Dim("B", min=2)},)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gpu_function(import_program(lambda m: products(m), (torch.randn(5, 4, 3, 3),), dynamic_shapes=dims))
+    assert chosen == ["_odd_even_combine"], chosen
 
     batched_maps = []
     original = PlanBuilder._batched_plan
@@ -1076,7 +1110,8 @@ def test_scan_kernels_of_either_column_addressing_compile_to_ptx(unit_runs):
     program = _gpu_program(CORPUS / "s5_linear_recurrence.py")
     (op,) = [o for o in _walk(program.module.operation) if o.name == "tidal.associative_scan"]
     for kernel in (K.scan_kernel(op, "rows", 64, 16, unit_runs, live=(False, True)),
-                   K.lookback_scan_kernel(op, "look_back", 512, 16, 32, unit_runs, live=(False, True))):
+                   K.lookback_scan_kernel(op, "look_back", 512, 16, 32, unit_runs, live=(False, True)),
+                   K.wide_scan_kernel(op, "wide", 256, 16, unit_runs, live=(False, True))):
         ptx = kernel_asm(kernel, "ptx", ("cuda", 90))
         assert f".entry {kernel.name}(" in ptx
         assert [n for n in ("RS", "CI", "IS", "CS") if f"%{n}" in kernel.text or n in kernel.signature] == ["RS", "CI", "IS", "CS"]

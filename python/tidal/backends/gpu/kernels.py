@@ -849,6 +849,41 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = Tru
     return b.text()
 
 
+def wide_scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = True, *,
+                     live: tuple[bool, ...] | None = None, prologues: tuple | None = None) -> Kernel:
+    """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`), one program per block of
+    `block_c` columns walking every row in look-back-sized chunks (`_GroupedTile`: each thread
+    scans runs of rows in its registers), the chunk's total carried into the next in registers:
+    the form for scans whose columns alone fill the GPU ([B, T, D] with thousands of channels),
+    where a look-back would only add waits (`_ScanPlan`: measured there)."""
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
+    length, width = b.scalar_arg("T"), b.scalar_arg("C")
+    layout = ScanLayout.args(b, unit_runs)
+    c_i32 = tensor_type((block_c,), "i32")
+    c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
+    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    tile = _GroupedTile(b, op, elems, xs, block_t, block_c, cols, length, width, reverse, layout.row_stride,
+                        layout.column_offsets(b, c0, cols, block_c))
+    state, first = tile.load_scan(b.const(0, "i32"), b.op(f"arith.minsi {b.const(block_t, 'i32')}, {length} : i32"))
+    tile.finish(state, ys, first, b.op("arith.constant false"))
+    k = len(elems)
+    carry_tys = [tensor_type((block_c,), e) for e in elems]
+    iv, iters, results = b.fresh(), [b.fresh() for _ in range(k)], b.fresh()
+    b.emit(f"{results}:{k} = scf.for {iv} = {b.const(block_t, 'i32')} to {length} step {b.const(block_t, 'i32')} "
+           f"iter_args({', '.join(f'{i} = {c}' for i, c in zip(iters, first))}) -> ({', '.join(carry_tys)}) : i32 {{")
+    b.indent += 1
+    end = b.op(f"arith.minsi {b.binary('arith.addi', iv, b.const(block_t, 'i32'), 'i32')}, {length} : i32")
+    state, total = tile.load_scan(iv, end)
+    tile.finish(state, ys, iters, b.op("arith.constant true"))
+    carried = _combine_scalars(b, op, iters, total, (block_c,))
+    b.emit(f"scf.yield {', '.join(carried)} : {', '.join(carry_tys)}")
+    b.indent -= 1
+    b.emit("}")
+    kernel = b.text()
+    # a thread a run: one column's LOOKBACK_RUN rows
+    return Kernel(kernel.name, kernel.text, kernel.signature, num_warps=max(1, min(8, block_t * block_c // (32 * LOOKBACK_RUN))))
+
+
 def _load_operands(b: KernelBuilder, addr: _Addressing, xs: list, elems: list[str], off: str, mask: str,
                    tile: tuple[int, ...], rows: tuple[str, str, str]) -> list[str]:
     """The scan operands' tiles at offsets `off` (`rows`: the tile's rows t, the row stride and

@@ -840,6 +840,8 @@ class PlanBuilder:
             if variant == "lookback":
                 return K.lookback_scan_kernel(op, kernel_name, block_t, block_c, _lookback_window(block_c), unit_runs,
                                               live=live, prologues=prologues)
+            if variant == "wide":
+                return K.wide_scan_kernel(op, kernel_name, block_t, block_c, unit_runs, live=live, prologues=prologues)
             return K.scan_kernel(op, kernel_name, block_t, block_c, unit_runs, live=live, prologues=prologues)
 
         variants = _Variants(self, op, make)
@@ -870,7 +872,7 @@ class PlanBuilder:
             if plan is not None:
                 col_blocks = plan.col_blocks
                 key = (*plan.key, unit_runs)
-                if plan.form == "scan":
+                if plan.form in ("scan", "wide"):
                     launch(key, (col_blocks, 1, 1), *xs, *stored, length, width, *layout)
                 else:
                     pieces = _cdiv(length, plan.block_t)

@@ -78,19 +78,35 @@ def _variant_name(name: str, flat: bool, aligned: bool) -> str:
 LOOKBACK_TILE_BYTES = 1 << 16
 
 
+# Columns from which a scan walks its rows in one program per column block (`wide_scan_kernel`)
+# rather than looking back: the gated linear recurrence forward over [B, T, D] f32 on an H200 (one
+# process, median ms, look-back / wide): [2, 4096, 1024] 0.084 / 0.085, [4, 4096, 1024] 0.161 /
+# 0.121, [8, 4096, 1024] 0.188-0.243 / 0.153-0.184, [32, 2048, 2048] 0.650-0.760 / 0.436-0.443
+# (86-90% of the roofline op; accelerated-scan 0.417-0.487). Tiles of 4096 elements, a thread a
+# run of 16 rows: [256, 16] until the 64-column blocks alone number 512, then [64, 64]; of the
+# [64-512, 16-64] tiles with 4 or 8 warps swept, none was faster at every width.
+WIDE_SCAN_COLUMNS = 4096
+WIDE_TILE = 4096
+
+
 class _ScanPlan:
     """How an associative_scan of [length, width] rows runs: `form` "scan" (one program per
-    column block walks every row: too few rows to fill the GPU with chunks) or "lookback" (one
-    pass over chunks of `block_t` rows)."""
+    column block walks every row: too few rows to fill the GPU with chunks), "wide" (the same in
+    look-back-sized tiles: columns enough to fill the GPU) or "lookback" (one pass over chunks of
+    `block_t` rows)."""
 
     def __init__(self, length: int, width: int, elem_sizes: list[int]):
         self.block_c, walk_t = _scan_blocks(width)
-        self.col_blocks = _cdiv(width, self.block_c)
         elements = min(8192, LOOKBACK_TILE_BYTES // sum(elem_sizes))
         tile_t = max(16, (1 << (elements.bit_length() - 1)) // self.block_c)
         # a walk of at most 4 tiles: a look-back's chunk would be the whole scan
-        self.form = "scan" if length <= 4 * walk_t else "lookback"
-        self.block_t = walk_t if self.form == "scan" else tile_t
+        self.form = "scan" if length <= 4 * walk_t else "wide" if width >= WIDE_SCAN_COLUMNS else "lookback"
+        if self.form == "wide":
+            self.block_c = 64 if width >= 512 * 64 else 16
+            self.block_t = WIDE_TILE // self.block_c
+        else:
+            self.block_t = walk_t if self.form == "scan" else tile_t
+        self.col_blocks = _cdiv(width, self.block_c)
         self.key = (self.form, self.block_t, self.block_c)  # the kernel variant it launches
 
 
