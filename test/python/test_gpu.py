@@ -1032,13 +1032,15 @@ def test_associative_scan_reads_and_writes_its_operands_in_place(shape, dim):
     b = torch.randn(shape, generator=gen)
     torch._dynamo.reset()
     got = torch.compile(linrec, backend="tidal", fullgraph=True, options=STRICT)(a.cuda(), b.cuda())
-    rows_a, rows_b = (t.double().movedim(dim, 0).reshape(shape[dim], -1).contiguous() for t in (a, b))
+    # the reference loop runs in float64 on the GPU: on the CPU, beside the other test workers,
+    # the wide cases' loops took minutes
+    rows_a, rows_b = (t.cuda().double().movedim(dim, 0).reshape(shape[dim], -1).contiguous() for t in (a, b))
     h, expected = torch.zeros_like(rows_b[0]), torch.empty_like(rows_b)
     for t in range(shape[dim]):
         h = rows_a[t] * h + rows_b[t]
         expected[t] = h
     expected = expected.reshape(b.movedim(dim, 0).shape).movedim(0, dim).float()
-    torch.testing.assert_close(got.cpu(), expected, rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(got, expected, rtol=2e-4, atol=2e-4)
 
 
 @pytest.mark.parametrize("shape", [(4, 300, 96), (2, 70_000, 64)], ids=["walk", "look_back"])
@@ -1088,9 +1090,12 @@ def test_linear_recurrence_trains_with_its_shifted_operands_read_in_place(shape,
     gen = torch.Generator().manual_seed(7)
     g = torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen) + 3).double()
     x, cot = torch.randn(shape, generator=gen).double(), torch.randn(shape, generator=gen).double()
-    gq, xq = g.clone().requires_grad_(), x.clone().requires_grad_()
-    loop(gq, xq).backward(cot)  # float64 on the CPU: the reference
-    expected = (loop(g, x), gq.grad, xq.grad)
+    gq, xq = g.cuda().requires_grad_(), x.cuda().requires_grad_()
+    # float64 on the GPU: the reference (5000 steps of autograd on the CPU, beside the other test
+    # workers, ran past the timeout)
+    reference = loop(gq, xq)
+    reference.backward(cot.cuda())
+    expected = (reference.detach().cpu(), gq.grad.cpu(), xq.grad.cpu())
     torch._dynamo.reset()
     f = torch.compile(gated, backend="tidal", fullgraph=True, options=STRICT)
     gc, xc = g.float().cuda().requires_grad_(), x.float().cuda().requires_grad_()
