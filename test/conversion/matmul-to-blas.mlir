@@ -46,6 +46,26 @@ func.func @strided_operand(%a: memref<4x8xf32, strided<[1, 4]>>, %b: memref<8x5x
   return
 }
 
+// An operand whose inner stride is known at run time only (a nested scan's carry through a view):
+// the call where it is 1, the matmul's loops elsewhere; the zero fill stays (the loops need it) and
+// the call accumulates into it.
+// CHECK-LABEL: func.func @run_time_stride
+// CHECK:       linalg.fill
+// CHECK:       %{{.+}}, %[[STRIDES:.+]]:2 = memref.extract_strided_metadata %arg0
+// CHECK:       %[[UNIT:.+]] = arith.cmpi eq, %[[STRIDES]]#1, %c1
+// CHECK:       scf.if %[[UNIT]] {
+// CHECK:         %[[BETA:.+]] = arith.constant 1.000000e+00 : f32
+// CHECK:         call @tidal_sgemm_rowmajor({{.*}}, %[[BETA]],
+// CHECK:       } else {
+// CHECK-NEXT:    linalg.matmul ins(%arg0, %arg1
+// CHECK-NEXT:  }
+func.func @run_time_stride(%a: memref<4x8xf32, strided<[?, ?], offset: ?>>, %b: memref<8x5xf32>, %c: memref<4x5xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x5xf32>)
+  linalg.matmul ins(%a, %b : memref<4x8xf32, strided<[?, ?], offset: ?>>, memref<8x5xf32>) outs(%c : memref<4x5xf32>)
+  return
+}
+
 // A batch matmul is one gemm per batch entry: each operand's entry found from its batch stride
 // (0 for an operand broadcast over the batch); the zero fill before it is beta = 0 for every entry.
 // The entries are a forall (run on the thread team) when more than one thread is allowed, the

@@ -598,3 +598,35 @@ def test_regression_cond_branches_of_unequal_shapes_gradient_is_refused_clearly(
     compiled = torch.compile(_branches_of_unequal_shapes, backend="tidal", options={"fallback": fallback})
     with pytest.raises(Exception, match="branches return tensors of different sizes .* make both branches return equal sizes"):
         compiled(x).sum().backward()
+
+
+def test_regression_matmul_by_a_nested_scans_carry():
+    """An LSTM whose steps are chunked (an outer scan over chunks projecting x·W for the chunk, an
+    inner scan over its steps): the inner scan's first step reads the outer carry through a view
+    of strides known at run time only. Fixed in session 34 (`tidal-matmul-to-blas` branches on the
+    inner stride: the gemm call where it is 1). Was: that matmul kept its naive loops, ~30 ms a
+    chunk at [64, 256]·[256, 1024], 7x the whole unchunked LSTM. Values against the Python loop."""
+    gen = torch.Generator().manual_seed(34)
+    B, H, T, K = 3, 8, 12, 4
+    W, U = (torch.randn(H, 4 * H, generator=gen) * H**-0.5 for _ in range(2))
+    xs = torch.randn(T, B, H, generator=gen)
+
+    def cell(carry, xw):
+        h, c = carry
+        i, f, g, o = (xw + h @ U).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return (h, c), h.clone()
+
+    def chunked(xs):
+        zeros = xs.new_zeros(B, H)
+        _, ys = scan(lambda carry, chunk: scan(cell, carry, chunk @ W), (zeros, zeros.clone()), xs.reshape(T // K, K, B, H))
+        return ys.reshape(T, B, H)
+
+    carry, expected = (torch.zeros(B, H), torch.zeros(B, H)), []
+    for t in range(T):
+        carry, y = cell(carry, xs[t] @ W)
+        expected.append(y)
+    got, fallbacks = compiled_with_fallbacks(chunked, xs)
+    assert not fallbacks
+    torch.testing.assert_close(got, torch.stack(expected), rtol=1e-5, atol=1e-5)
