@@ -44,7 +44,7 @@ _C_TYPES = {
     "i8": ("int8_t", "int8"),
     "i1": ("uint8_t", "bool"),
 }
-_LIBC = {"malloc", "free", "aligned_alloc", "madvise", "memcpy", "memmove", "memset", "abort"}
+_LIBC = {"malloc", "free", "aligned_alloc", "madvise", "malloc_usable_size", "memcpy", "memmove", "memset", "abort"}
 MAX_RANK = 8
 
 

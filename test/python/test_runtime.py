@@ -391,3 +391,48 @@ def test_a_symbol_this_torch_lacks_is_not_registered(monkeypatch):
 
     x = torch.randn(3, 2)
     torch.testing.assert_close(compile_program(f, (x,))(x), x * 2)
+
+
+def test_large_buffers_kept_between_calls_stay_right_across_threads_and_shapes():
+    """An RNN over [T, 64, 64] hoists a [T, 64, 256] x·W (16 MiB at T = 256): a temporary the
+    module keeps for its next call (`tidal-huge-page-buffers`), and at dynamic T the [T, 64, 64]
+    result is a buffer the module allocates that torch adopts and frees with libc's free. Calls at
+    two lengths, then four threads calling at once, each against eager."""
+    import threading
+
+    from torch._higher_order_ops import scan
+
+    gen = torch.Generator().manual_seed(3)
+    w, u = torch.randn(64, 256, generator=gen) * 0.125, torch.randn(256, 64, generator=gen) * 0.0625
+
+    def rnn(xs, w, u):
+        def step(h, x):
+            h = torch.tanh((x @ w) @ u * 0.5 + h * 0.5)
+            return h, h.clone()
+
+        return scan(step, xs.new_zeros(64, 64), xs)[1]
+
+    program = compile_program(rnn, (torch.randn(256, 64, 64, generator=gen), w, u),
+                              dynamic_shapes=({0: torch.export.Dim("T", min=2)}, None, None))
+    inputs = [torch.randn(t, 64, 64, generator=gen) for t in (256, 300, 256, 256, 300)]
+    for xs in inputs[:3]:
+        torch.testing.assert_close(program(xs, w, u), rnn(xs, w, u), rtol=1e-4, atol=1e-4)
+    got, errors = [None] * 8, []
+
+    def worker(i):
+        try:
+            for k in range(2):
+                got[2 * i + k] = program(inputs[(i + k) % len(inputs)], w, u)
+        except Exception as exc:  # noqa: BLE001  (reported below, in the test's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(4):
+        for k in range(2):
+            xs = inputs[(i + k) % len(inputs)]
+            torch.testing.assert_close(got[2 * i + k], rnn(xs, w, u), rtol=1e-4, atol=1e-4)
