@@ -18,7 +18,6 @@ from torch_mlir.execution_engine import ExecutionEngine
 from tidal.runtime import errors, externs
 from tidal.runtime.memref import (
     HUGE_PAGE,
-    MIN_ADVISED,
     MLIR_TO_TORCH,
     advise_huge_pages,
     TensorSig,
@@ -353,6 +352,9 @@ def _with_forwarded(plan, computed: list[torch.Tensor], inputs: list[torch.Tenso
     return results
 
 
+ADVISED_RESULT_BYTES = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX: always a fresh mapping
+
+
 def _result_allocator(sig: TensorSig):
     """A function making a fresh contiguous tensor for a static result: the allocator Inductor's
     generated code calls (0.37 µs for a small tensor, where `empty_like` of an expanded 0-d
@@ -360,10 +362,12 @@ def _result_allocator(sig: TensorSig):
     allocates every result on every call). A large one is advised onto 2 MiB pages, as the
     compiled code's own large buffers are (`tidal-huge-page-buffers`): glibc maps it fresh on every
     call, and the code's first touch of it faulted once per 4 KiB (an LSTM's [512, 64, 256]
-    output: 8192 faults, ~20 ms of a 185 ms forward)."""
+    output: 8192 faults, ~20 ms of a 185 ms forward). Only from glibc's largest mmap threshold
+    on: a smaller buffer may be warm heap memory, which advising made slower to reuse (the linear
+    recurrence [4, 4096, 256] training step, 16 MiB results: 22 -> 29 ms)."""
     new = functools.partial(_empty_strided_cpu, tuple(sig.shape), tuple(contiguous_strides(sig.shape)), sig.dtype)
     nbytes = math.prod(sig.shape) * sig.dtype.itemsize
-    if nbytes < MIN_ADVISED or not sys.platform.startswith("linux"):
+    if nbytes < ADVISED_RESULT_BYTES or not sys.platform.startswith("linux"):
         return new
 
     def advised():

@@ -41,8 +41,8 @@ _LIBC_DECLS = {
 }
 
 # Kept for the next call: at most CACHE_SLOTS freed buffers, CACHE_BYTES in all, per module.
-CACHE_SLOTS, LIVE_SLOTS = 8, 32
-CACHE_BYTES = 1 << 30
+CACHE_SLOTS, LIVE_SLOTS = 4, 32
+CACHE_BYTES = 256 << 20  # per module: a process may hold many compiled graphs
 
 # Written with scf/arith/func and lowered here (the pass runs after the LLVM conversions). The
 # tables are guarded by a spin lock: a call allocates a handful of large buffers, so it is free of
