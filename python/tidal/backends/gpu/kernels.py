@@ -830,6 +830,18 @@ class _GroupedTile:
                 self.addr.store(self.addr.pointers(y, e, off), v, e, mask)
 
 
+def _column_block_start(op, name: str, block_c: int, unit_runs: bool, live, prologues):
+    """A scan kernel of one program per block of `block_c` columns: `_scan_kernel_start`'s values,
+    then T, C, the `ScanLayout`, the block's first column and its columns."""
+    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
+    length, width = b.scalar_arg("T"), b.scalar_arg("C")
+    layout = ScanLayout.args(b, unit_runs)
+    c_i32 = tensor_type((block_c,), "i32")
+    c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
+    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    return b, elems, xs, ys, reverse, length, width, layout, c0, cols
+
+
 def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = True, *,
                 live: tuple[bool, ...] | None = None, prologues: tuple | None = None) -> Kernel:
     """Inclusive scan along dim 0 of k [T, C] tensors (`ScanLayout`), one program per block of
@@ -838,12 +850,7 @@ def scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool = Tru
     `live[i]`: scan output i is used (only those get a y pointer and are stored). C is a plain
     argument, so rows are read one element per load: with C declared a multiple of 16 (16-byte
     vector loads) the look-back took as long at 16 columns and 13% longer at 64 on the H100."""
-    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
-    length, width = b.scalar_arg("T"), b.scalar_arg("C")
-    layout = ScanLayout.args(b, unit_runs)
-    c_i32 = tensor_type((block_c,), "i32")
-    c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
-    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    b, elems, xs, ys, reverse, length, width, layout, c0, cols = _column_block_start(op, name, block_c, unit_runs, live, prologues)
     _RowsScan(b, op, elems, xs, block_t, block_c, cols, length, width, reverse, layout.row_stride,
               layout.column_offsets(b, c0, cols, block_c)).run(b.const(0, "i32"), length, ys)
     return b.text()
@@ -856,12 +863,7 @@ def wide_scan_kernel(op, name: str, block_t: int, block_c: int, unit_runs: bool 
     scans runs of rows in its registers), the chunk's total carried into the next in registers:
     the form for scans whose columns alone fill the GPU ([B, T, D] with thousands of channels),
     where a look-back would only add waits (`_ScanPlan`: measured there)."""
-    b, elems, xs, ys, reverse = _scan_kernel_start(op, name, live, prologues)
-    length, width = b.scalar_arg("T"), b.scalar_arg("C")
-    layout = ScanLayout.args(b, unit_runs)
-    c_i32 = tensor_type((block_c,), "i32")
-    c0 = b.binary("arith.muli", b.op("tt.get_program_id x : i32"), b.const(block_c, "i32"), "i32")
-    cols = b.binary("arith.addi", b.splat(c0, "i32", (block_c,)), b.op(f"tt.make_range {{end = {block_c} : i32, start = 0 : i32}} : {c_i32}"), c_i32)
+    b, elems, xs, ys, reverse, length, width, layout, c0, cols = _column_block_start(op, name, block_c, unit_runs, live, prologues)
     tile = _GroupedTile(b, op, elems, xs, block_t, block_c, cols, length, width, reverse, layout.row_stride,
                         layout.column_offsets(b, c0, cols, block_c))
     state, first = tile.load_scan(b.const(0, "i32"), b.op(f"arith.minsi {b.const(block_t, 'i32')}, {length} : i32"))
