@@ -436,3 +436,25 @@ def test_large_buffers_kept_between_calls_stay_right_across_threads_and_shapes()
         for k in range(2):
             xs = inputs[(i + k) % len(inputs)]
             torch.testing.assert_close(got[2 * i + k], rnn(xs, w, u), rtol=1e-4, atol=1e-4)
+
+
+def test_a_result_of_32_mib_is_advised_onto_huge_pages_and_stays_right(monkeypatch):
+    """A static [2048, 4096] f32 result (32 MiB: glibc maps it fresh every call) is allocated by
+    the runtime and its 2 MiB-aligned interior advised MADV_HUGEPAGE before the compiled code
+    writes it; a 16 MiB one is not (warm heap memory). Values against eager, call after call."""
+    import tidal.runtime.executable as executable
+
+    advised = []
+    real = executable.advise_huge_pages
+    monkeypatch.setattr(executable, "advise_huge_pages", lambda start, length: advised.append(length) or real(start, length))
+
+    def f(x):
+        return torch.tanh(x) * 2 + 1
+
+    big, half = torch.randn(2048, 4096), torch.randn(1024, 4096)
+    program, smaller = compile_program(f, (big,)), compile_program(f, (half,))
+    assert program.native.results_as_arguments
+    for _ in range(3):
+        torch.testing.assert_close(program(big), f(big))
+        torch.testing.assert_close(smaller(half), f(half))
+    assert len(advised) == 3 and all(32 << 20 >= n >= (32 << 20) - (2 << 20) for n in advised), advised

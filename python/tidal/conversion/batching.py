@@ -228,8 +228,13 @@ class _Batcher:
 
         new.walk(shift_index)
         gathers = []
-        new.walk(lambda inner: (inner.name == "tensor.extract" and self.is_batched(inner.operands[0])
-                                and gathers.append(inner)) or ir.WalkResult.ADVANCE)
+
+        def find_gathers(inner):
+            if inner.name == "tensor.extract" and self.is_batched(inner.operands[0]):
+                gathers.append(inner)
+            return ir.WalkResult.ADVANCE
+
+        new.walk(find_gathers)
         for extract in gathers:
             with ir.InsertionPoint(extract), extract.location:
                 row = ir.Operation.create("linalg.index", results=[ir.IndexType.get()],

@@ -20,7 +20,7 @@ _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.madvise.restype = ctypes.c_int
-_MADV_HUGEPAGE = 14  # Linux
+MADV_HUGEPAGE = 14  # Linux
 HUGE_PAGE = 2 << 20
 MIN_ADVISED = 4 << 20  # smaller buffers would round up to a whole huge page for little gain
 
@@ -28,7 +28,8 @@ MIN_ADVISED = 4 << 20  # smaller buffers would round up to a whole huge page for
 def advise_huge_pages(start: int, length: int) -> None:
     """Ask Linux to back [start, start + length) (2 MiB aligned) with 2 MiB pages when first
     touched (transparent huge pages in `always` or `madvise` mode; a no-op otherwise)."""
-    _libc.madvise(start, length, _MADV_HUGEPAGE)
+    _libc.madvise(start, length, MADV_HUGEPAGE)
+
 
 # Element types as they appear in builtin tensor types → torch dtypes.
 MLIR_TO_TORCH = {

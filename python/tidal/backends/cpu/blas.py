@@ -99,10 +99,6 @@ def _inner_stride(t: ir.Type) -> str:
     return "1" if "affine_map" not in text else "affine"  # no layout attribute: the identity (row-major) layout
 
 
-def _inner_stride_is_one(t: ir.Type) -> bool:
-    return _inner_stride(t) == "1"
-
-
 def _as_i64(v: ir.Value) -> ir.Value:
     return arith.IndexCastOp(ir.IntegerType.get_signless(64), v).result
 

@@ -27,10 +27,9 @@ from torch_mlir import ir
 
 from tidal.passes.pipeline import run_pipeline
 from tidal.passes.registry import tidal_pass
-from tidal.runtime.memref import HUGE_PAGE, MIN_ADVISED
+from tidal.runtime.memref import HUGE_PAGE, MADV_HUGEPAGE, MIN_ADVISED
 
 ALLOC, FREE = "_mlir_memref_to_llvm_alloc", "_mlir_memref_to_llvm_free"
-MADV_HUGEPAGE = 14
 
 _LIBC_DECLS = {
     "malloc": "llvm.func @malloc(i64) -> !llvm.ptr",
