@@ -487,9 +487,10 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
     [B, 4H] tile, which registers cannot slice; the adjoint concatenates the gate cotangents and
     multiplies by Uᵀ, read as the sum of each part's product by Uᵀ's row block. Forward and
     adjoint are ONE persistent kernel each, with the time loop inside, and compile to PTX. With
-    H = 128 the weights (512 KiB as TF32 parts) pass shared memory: 4 programs share a block of
-    rows, each with 32 columns of every gate and U's blocks of them, and exchange the matmul's
-    left-hand side (h; the adjoint's gate cotangents) through L2 at a barrier every step."""
+    H = 128 the weights (512 KiB as TF32 parts) pass shared memory: 8 programs share a block of
+    rows, each with 16 columns of every gate and U's blocks of them resident in shared memory (read
+    a K chunk of 16 rows at a time), and exchange the matmul's left-hand side (h; the adjoint's
+    gate cotangents) through L2 at a barrier every step."""
     import sys
 
     import torch
@@ -516,10 +517,11 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
             assert ttgir.count('"tt.reduce"', loop) >= 2, ttgir
         elif h == 32:
             assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind], ttgir
-        else:  # 4 programs a block of rows, each with 32 columns of every gate and of U's blocks
+        else:  # 8 programs a block of rows, each with 16 columns of every gate and of U's blocks
             assert "exchange" in rows[0].signature and "tt.atomic_rmw" in ttgir[loop:], ttgir
-            assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind], ttgir
-            assert len(re.findall(r"tt\.dot .* -> tensor<16x32xf32", ttgir[loop:])) == 3 * GATES[kind], ttgir
+            assert ttgir.count("tt.dot ", loop) == 3 * GATES[kind] * (h // 16), ttgir  # per K chunk
+            assert len(re.findall(r"tt\.dot .* -> tensor<16x16xf32", ttgir[loop:])) == 3 * GATES[kind] * (h // 16), ttgir
+            assert ttgir.count("ttg.local_alloc", 0, loop) >= 2 * GATES[kind] and "ttg.local_load" in ttgir[loop:]
             assert compile_kernel(rows[0], ("cuda", 90)).metadata.shared <= 227 * 1024
         assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
@@ -745,33 +747,40 @@ def _row_scan_launches(monkeypatch, fn, *inputs):
     return [x for x in launches if x is not None], program.kernels_for_emit()
 
 
-@pytest.mark.parametrize("h,rows,parts", [(256, 40, 4), (512, 40, 16), (256, 1024, 1), (1024, 16, 1)])
-def test_weights_past_shared_memory_are_split_among_programs(monkeypatch, h, rows, parts):
+@pytest.mark.parametrize("h,rows,block_rows,parts,weights", [
+    (256, 40, 16, 8, "resident"), (512, 40, 16, 8, "resident_f32"), (256, 1024, 32, 2, "resident_f32"),
+    (1024, 16, 16, 32, "resident_f32"), (1024, 40, None, None, None)])
+def test_weights_past_shared_memory_are_split_among_programs(monkeypatch, h, rows, block_rows, parts, weights):
     """An RNN whose U (TF32 high and low parts: 8·H² bytes) passes shared memory is split by
-    columns among `parts` programs a block of 16 rows, each holding U's columns of its share of h
-    (at most 192 KiB, 1.5 KiB a thread); every step each stores its columns of h, the programs
-    meet at a counter in global memory (acq_rel arrival, acquire polls) and each reads the whole h
-    back from L2 (.cg) for its product. The grid stays within half the SMs (all of a block's
-    programs must run at once): 1024 rows (64 blocks) take the streamed kernel at H = 256; at
-    H = 1024 a share would be 2 KiB a thread and U is past streaming: the host loop."""
+    columns among `parts` programs a block of rows (8 if they fit), each keeping U's columns of
+    its share of h in shared memory for the whole loop (their TF32 parts, or their f32 values
+    split a K chunk at a time where the parts would not fit) with room for h, which it reads back
+    a chunk at a time; every step each stores its columns of h, the programs meet at a counter in
+    global memory (acq_rel arrival, acquire polls) and each reads the whole h back from L2 (.cg)
+    for its product. The grid stays within half the SMs (all of a block's programs must run at
+    once): 1024 rows take blocks of 32 rows in 2 parts. With H = 1024 and 40 rows no split fits
+    227 KiB (a block of 64 rows would hold 256 KiB of h): the host loop."""
     import torch
 
+    from tidal.backends.gpu.triton_compile import compile_kernel
+
     launches, kernels = _row_scan_launches(monkeypatch, _WideRNN.make(h), torch.zeros(rows, h), torch.randn(8, rows, h))
-    if h == 1024:
+    if parts is None:
         assert not launches and kernels, [k.name for k in kernels]
         return
     (launch,) = launches
-    assert launch.parts == parts and launch.grid == (-(-rows // 16), parts, 1)
-    if parts == 1:
-        assert "exchange" not in launch.kernel.signature
-        return
+    assert (launch.block_rows, launch.parts, launch.weights) == (block_rows, parts, weights)
+    assert launch.grid == (-(-rows // block_rows), parts, 1) and launch.kernel.num_warps == min(8, block_rows // 16 * (h // parts // 8))
     assert launch.arrivals == launch.grid[0]  # one exchange a step: h
     assert launch.exchange_floats == 2 * rows * h  # two buffers of h, by the step's parity
     ptx = kernel_asm(launch.kernel, "ptx", ("cuda", 90))
     loop = ptx[ptx.index("$L__BB0_"):]
     assert "atom.global.gpu.acq_rel.add" in loop and "ld.global.gpu.acquire" in loop and "ld.global.cg" in loop, loop
+    assert "ld.shared" in loop and "ld.global.f32" not in loop.replace("ld.global.cg", ""), loop  # U from shared memory
     ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
-    assert re.search(rf"tt\.dot .* -> tensor<16x{h // parts}xf32", ttgir), ttgir  # its share of the columns
+    dots = re.findall(rf"tt\.dot .* -> tensor<{block_rows}x{h // parts}xf32", ttgir)  # its share of the columns
+    assert len(dots) == 3 * (h // 16), ttgir  # three TF32 products a K chunk
+    assert compile_kernel(launch.kernel, ("cuda", 90)).metadata.shared <= 227 * 1024
 
 
 @pytest.mark.parametrize("h", [256, 512])
@@ -1135,12 +1144,15 @@ def test_row_kernel_products_follow_float32_matmul_precision(monkeypatch, precis
     try:
         rnn, _ = _row_scan_launches(monkeypatch, _WideRNN.make(64), torch.zeros(32, 64), torch.randn(8, 32, 64))
         lstm, _ = _row_scan_launches(monkeypatch, make_cell("lstm", 128, "cpu", "scan"), torch.randn(8, 32, 128))
+        lstm256, _ = _row_scan_launches(monkeypatch, make_cell("lstm", 256, "cpu", "scan"), torch.randn(8, 64, 256))
     finally:
         torch.set_float32_matmul_precision(default)
     loop = kernel_asm(rnn[0].kernel, "ttgir", ("cuda", 90))
     loop = loop[loop.index("scf.for"):]
     assert loop.count("tt.dot ") == (3 if precision == "highest" else 1), loop
     (launch,) = lstm
-    assert launch.parts == (4 if precision == "highest" else 2)
+    assert (launch.parts, launch.weights) == (8, "resident")  # 64 or 32 KiB of U a program
     ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
-    assert len(re.findall(rf"tt\.dot .* -> tensor<16x{128 // launch.parts}xf32", ttgir)) == 4 * (3 if precision == "highest" else 1)
+    assert len(re.findall(r"tt\.dot .* -> tensor<16x16xf32", ttgir)) == 4 * 8 * (3 if precision == "highest" else 1)
+    (launch,) = lstm256  # 2 MiB of TF32 parts: 8 programs hold their f32 values (1 MiB high parts: those)
+    assert (launch.parts, launch.weights) == (8, "resident_f32" if precision == "highest" else "resident")

@@ -16,7 +16,8 @@ weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile wid
 two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
 (`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones are split by columns among
 programs sharing the rows, which exchange each matmul's left-hand side through L2 at a barrier
-(`_column_parts`), or, where a step cannot be split so (a LayerNorm), up to
+(`_split`; each keeps its slice of the weights in shared memory and reads it a K chunk at a
+time), or, where a step cannot be split so (a LayerNorm), up to
 `STREAMED_WEIGHT_BYTES` are streamed from L2 at every step, a K chunk at a time; anything else
 runs as the host loop.
 """
@@ -51,7 +52,7 @@ WEIGHT_BYTES_ON_CHIP = 192 * 1024
 # past STREAMED_WEIGHT_BYTES (f32) the scan takes the host loop.
 STREAM_K = 16
 STREAMED_WEIGHT_BYTES = 256 * 1024
-# Weights past shared memory are first split among programs instead (`_column_parts`): P programs
+# Weights past shared memory are first split among programs instead (`_split`): P programs
 # share a block of rows, each computing 1/P of the columns of every tile (its slice of each gate:
 # the cell's elementwise update needs no other program's columns) with 1/P of each weight's
 # columns on chip. Only a matmul's left-hand side is needed whole: each program stores its columns
@@ -59,10 +60,22 @@ STREAMED_WEIGHT_BYTES = 256 * 1024
 # reads the whole tile back (`exchange`). The P programs of a block spin on each other, so all of
 # them must run at once: the grid is kept to half the SMs (COLUMN_PROGRAMS_PER_SM), one program an SM.
 COLUMN_PROGRAMS_PER_SM = 0.5
-# A program's share of the weights, per thread (Triton holds it in registers): 1.5 KiB ran (GRU
-# H=256 in 8 parts of 4 warps: 5.7 ms for B=64 T=512, cuDNN 9.3); 2 KiB spilled (LSTM H=256 in 16
-# parts of 2 warps: 14.6 ms, the host loop 11.8).
-COLUMN_WEIGHT_BYTES_PER_THREAD = 1536
+# A program's slice of the weights stays in shared memory for the whole loop, read back a K chunk
+# of STREAM_K rows at a time every step, as a streamed weight is from L2; the left-hand side
+# passes through shared memory a part at a time (a concat's parts: an adjoint's gate cotangents).
+# Held in registers instead, a slice does not shrink per thread with more parts (each warp's 8
+# columns of an mma tile span all of K: 8·H bytes a thread for an LSTM's U) and spilled. H200,
+# fp32 (three TF32 products), ms forward / forward+backward against held slices: LSTM B=64 H=256
+# T=512 4.22 / 11.4 (16 parts, TF32 parts) and 3.67 / 10.5 (8 parts, f32 values; held: the host
+# loop, cuDNN 8.30 / 18.6); RNN B=64 H=512 T=256 1.64 / 3.95 (16 parts; held 2.92 / 17.3, cuDNN
+# 5.06 / 9.34); GRU B=64 H=256 T=512 2.54 / 8.15 (16 parts; held 5.82 / 14.1, cuDNN 5.38 / 15.6);
+# LSTM B=32 H=128 T=128 0.481 / 1.64 (8 parts), 0.498 / 1.63 (4; held 0.643 / 1.96, cuDNN 0.399 /
+# 1.07); GRU B=32 H=128 T=128 0.424 / 1.44 (8 parts), 0.422 / 1.83 (4; held 0.614 / 1.87, cuDNN
+# 0.207 / 1.13). Blocks of 32 rows were slower (RNN H=512: 2.21 / 5.15); they and 64 (BLOCK_ROWS,
+# a warp for each 16 rows) serve where blocks of 16 would need more programs than may run.
+PREFERRED_PARTS = 8
+RESIDENT_SHARED_BYTES = 224 * 1024  # of 227 KiB an SM (H100, H200): a weights' slice, the lhs part
+BLOCK_ROWS = (16, 32, 64)
 # tiles copied to shared memory and read back in column blocks: a streamed matmul's left-hand
 # side (K chunks), a held tile's slices, a concat's parts
 TILE_SHARED = "#tile_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
@@ -79,19 +92,21 @@ class RowScanLaunch:
     parts: int = 1  # programs sharing a block of rows, each computing 1/parts of every tile's columns
     exchange_floats: int = 0  # f32 scratch the parts exchange tiles through (`exchange`)
     arrivals: int = 0  # i32 counters (zeroed per launch) of the parts' arrivals at each exchange
+    block_rows: int = ROWS  # batch rows a program computes
+    weights: str = "registers"  # where the weights live (`_Split.weights`)
 
     @property
     def blocks(self) -> int:
-        return _blocks(self.rows)
+        return _blocks(self.rows, self.block_rows)
 
     @property
     def grid(self) -> tuple[int, int, int]:
         return (self.blocks, self.parts, 1)
 
 
-def _blocks(rows: int) -> int:
-    """Blocks of ROWS batch rows (the last one partial)."""
-    return -(-rows // ROWS)
+def _blocks(rows: int, block_rows: int = ROWS) -> int:
+    """Blocks of `block_rows` batch rows (the last one partial)."""
+    return -(-rows // block_rows)
 
 
 def _shape(value, dynamic_first: bool = False) -> tuple[int, ...] | None:
@@ -448,27 +463,52 @@ def _sm_count() -> int:
     return 132  # H100 / H200 SXM: kernels built on a machine without a GPU
 
 
-def _column_parts(a: "_Analysis") -> int:
-    """How many programs share a block of rows (`COLUMN_PROGRAMS_PER_SM`): the fewest (a power of
-    two) whose slices of the weights fit on chip, every slice of a tile at least 16 columns wide;
-    1 where the step cannot be split so (a row reduction needs every column; columns read at
-    other offsets than their own need another program's; an xs read whole)."""
+@dataclass
+class _Split:
+    """Programs sharing a block of `block_rows` rows (`parts`), and how their weights stay in
+    shared memory: "resident" (their TF32 parts) or "resident_f32" (the f32 values, split into TF32
+    parts a chunk at a time)."""
+
+    block_rows: int
+    parts: int
+    weights: str
+
+
+def _largest_lhs_part(a: "_Analysis") -> int:
+    """Columns of the widest part of a matmul's left-hand side: the tile a program holds in shared
+    memory (besides its weights) while reading it a K chunk at a time."""
+    matmuls = [op for op in a.block.operations if op.operation.name == "linalg.matmul"]
+    return max((kk for mm in matmuls for _, _, kk in a.lhs_parts(mm)), default=0)
+
+
+def _split(a: "_Analysis") -> _Split | None:
+    """How programs share the rows' work where the weights pass one SM's shared memory
+    (`COLUMN_PROGRAMS_PER_SM`, `RESIDENT_SHARED_BYTES`): blocks of 16 rows if they can be, each
+    block's columns in PREFERRED_PARTS parts or the fewest more, fewer only where the tiles are
+    too narrow (every slice of a tile at least 16 columns wide); the TF32 parts of the weights if
+    they fit, else their f32 values. None where the step cannot be split so (a row reduction needs
+    every column; columns read at other offsets than their own need another program's; an xs read
+    whole) or no split fits."""
     if a.reductions or a.held_slices or a.held_concats:
-        return 1
+        return None
     matmuls = [op for op in a.block.operations if op.operation.name == "linalg.matmul"]
     if any(a.xs_index(part) is not None for mm in matmuls for part, _, _ in a.lhs_parts(mm)):
-        return 1
+        return None
     widths = _tile_widths(a) | {w for *_, w in a.matrix_blocks} | {w for *_, w in a.vector_blocks} | \
         {w for *_, w in a.xs_blocks} | {w for *_, w in a.slices.values()} | \
         {w for parts in a.concats.values() for *_, w in parts}
-    blocks = _blocks(a.rows)
-    parts = 2
-    while min(widths) // parts >= 16 and blocks * parts <= _sm_count() * COLUMN_PROGRAMS_PER_SM:
-        share = _weight_bytes(a) // parts
-        if share <= WEIGHT_BYTES_ON_CHIP and share <= COLUMN_WEIGHT_BYTES_PER_THREAD * 32 * _layouts(a, False, parts).warps:
-            return parts
-        parts *= 2
-    return 1
+    more = [PREFERRED_PARTS << i for i in range(4)]
+    fewer = [PREFERRED_PARTS >> i for i in range(1, PREFERRED_PARTS.bit_length() - 1)]
+    for block_rows in BLOCK_ROWS:
+        if block_rows > max(ROWS, a.rows):
+            break  # no bigger blocks than the batch
+        for parts in more + fewer:
+            if min(widths) // parts < 16 or _blocks(a.rows, block_rows) * parts > _sm_count() * COLUMN_PROGRAMS_PER_SM:
+                continue
+            for weights, share in (("resident", _weight_bytes(a) // parts), ("resident_f32", _weight_bytes(a) // a.tf32_parts // parts)):
+                if share + 4 * block_rows * _largest_lhs_part(a) <= RESIDENT_SHARED_BYTES:
+                    return _Split(block_rows, parts, weights)
+    return None
 
 
 def _tile_widths(a: "_Analysis") -> set[int]:
@@ -499,12 +539,12 @@ class _Layouts:
     h before the conversion (two conversions; 292 us) and accumulating the dots onto the tile the
     step adds to them (228 us, but twice the error against eager: 4.8e-6)."""
 
-    def __init__(self, explicit: bool, warps: int):
-        self.explicit, self.warps = explicit, warps
+    def __init__(self, explicit: bool, warps: int, row_warps: int = 1):
+        self.explicit, self.warps = explicit, warps * row_warps
         if not explicit:
             self.tile = self.rows = self.cols = self.lhs = self.lhs_m = self.lhs_k = self.rhs = self.rhs_k = self.rhs_n = ""
             return
-        self.alias = (f"#mma = #ttg.nvidia_mma<{{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, {warps}], "
+        self.alias = (f"#mma = #ttg.nvidia_mma<{{versionMajor = 2, versionMinor = 0, warpsPerCTA = [{row_warps}, {warps}], "
                       f"instrShape = [16, 8]}}>")
         self.tile = "#mma"
         self.rows, self.cols = "#ttg.slice<{dim = 1, parent = #mma}>", "#ttg.slice<{dim = 0, parent = #mma}>"
@@ -522,14 +562,16 @@ class _Layouts:
         return self.rhs
 
 
-def _layouts(a: "_Analysis", streamed: bool, parts: int) -> _Layouts:
+def _layouts(a: "_Analysis", chunked: bool, parts: int, block_rows: int) -> _Layouts:
     """Explicit layouts where the weights fit the registers: at most half the register file
     (128 KiB at 8 warps; the bench RNN's [128, 128] U takes 128 registers a thread of 247), and
-    where they are streamed (each chunk loaded straight into its tt.dot operand layout). A
-    program of `parts` holds 1/parts of each."""
-    warps = max(1, min(NUM_WARPS, min(_tile_widths(a)) // parts // 8))  # no mma tile wider than a value
-    explicit = streamed or _weight_bytes(a) // parts <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
-    return _Layouts(explicit, warps if explicit or parts > 1 else NUM_WARPS)
+    where they are read a chunk at a time (streamed or resident: each chunk loaded straight into
+    its tt.dot operand layout). A program of `parts` holds 1/parts of each; a block of more than
+    16 rows has a warp for each 16 (held weights would be copied in each)."""
+    row_warps = block_rows // ROWS
+    warps = max(1, min(NUM_WARPS // row_warps, min(_tile_widths(a)) // parts // 8))  # no mma tile wider than a value
+    explicit = chunked or _weight_bytes(a) // parts <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
+    return _Layouts(explicit, warps if explicit or parts > 1 else NUM_WARPS, row_warps)
 
 
 def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
@@ -541,13 +583,15 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     a.tf32_parts = 2 if _three_products() else 1
     # Weights past shared memory are split among programs, or else read from global memory (L2)
     # at every step, chunk by chunk
-    parts = _column_parts(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else 1
-    streamed = parts == 1 and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
+    sp = _split(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else None
+    parts, R = (sp.parts, sp.block_rows) if sp else (1, ROWS)
+    resident = sp is not None and sp.weights != "held"
+    streamed = sp is None and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
     if streamed and _weight_bytes(a) // a.tf32_parts > STREAMED_WEIGHT_BYTES:
         return None
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
-    lay = _layouts(a, streamed, parts)
+    lay = _layouts(a, streamed or resident, parts, R)
     if (a.held_slices or a.held_concats) and not lay.explicit:
         return None  # tiles in registers are sliced and joined through shared memory: TTGIR only
     b = KernelBuilder(new_name())
@@ -568,11 +612,11 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     vec = lambda size, elem, enc: tensor_type((size,), elem, enc)  # noqa: E731
     pid = b.op("tt.get_program_id x : i32")
     part = b.op("tt.get_program_id y : i32") if parts > 1 else None
-    first_row = b.binary("arith.muli", pid, b.const(ROWS, i32), i32)
-    lanes = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {vec(ROWS, i32, lay.rows)}")
-    rows = b.binary("arith.addi", b.splat(first_row, i32, (ROWS,), lay.rows), lanes, vec(ROWS, i32, lay.rows))
-    row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (ROWS,), lay.rows)} : "
-                    f"{vec(ROWS, 'i32', lay.rows)}")
+    first_row = b.binary("arith.muli", pid, b.const(R, i32), i32)
+    lanes = b.op(f"tt.make_range {{end = {R} : i32, start = 0 : i32}} : {vec(R, i32, lay.rows)}")
+    rows = b.binary("arith.addi", b.splat(first_row, i32, (R,), lay.rows), lanes, vec(R, i32, lay.rows))
+    row_mask = b.op(f"arith.cmpi slt, {rows}, {b.splat(b.const(a.rows, i32), i32, (R,), lay.rows)} : "
+                    f"{vec(R, 'i32', lay.rows)}")
     cache: dict = {}
 
     def column_start(first, w):
@@ -611,12 +655,12 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         row_width = row_width or w
         if ("off", w, row_width, first) not in cache:
             share = w // parts
-            ty = tensor_type((ROWS, share), i32, lay.tile)
-            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(row_width, i32), i32, (ROWS,), lay.rows), vec(ROWS, i32, lay.rows)),
-                          ROWS, lay.rows, columns(w, first, lay.cols), share, lay.cols, i32)
-            m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {vec(ROWS, 'i1', lay.rows)} -> "
-                      f"{tensor_type((ROWS, 1), 'i1', lay.tile)}")
-            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', lay.tile)} -> {tensor_type((ROWS, share), 'i1', lay.tile)}")
+            ty = tensor_type((R, share), i32, lay.tile)
+            r, c = grid2d(b.binary("arith.muli", rows, b.splat(b.const(row_width, i32), i32, (R,), lay.rows), vec(R, i32, lay.rows)),
+                          R, lay.rows, columns(w, first, lay.cols), share, lay.cols, i32)
+            m2 = b.op(f"tt.expand_dims {row_mask} {{axis = 1 : i32}} : {vec(R, 'i1', lay.rows)} -> "
+                      f"{tensor_type((R, 1), 'i1', lay.tile)}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((R, 1), 'i1', lay.tile)} -> {tensor_type((R, share), 'i1', lay.tile)}")
             cache[("off", w, row_width, first)] = (b.binary("arith.addi", r, c, ty), mask)
         return cache[("off", w, row_width, first)]
 
@@ -628,21 +672,21 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     def step_offsets(w, step_base, row_width=None, first=0):
         off, mask = tile_offsets(w, row_width, first)
         if step_base is not None:
-            shape = (ROWS, w // parts)
+            shape = (R, w // parts)
             off = b.binary("arith.addi", off, b.splat(step_base, i32, shape, lay.tile), tensor_type(shape, i32, lay.tile))
         return off, mask
 
     def load_tile(ptr, w, step_base=None, row_width=None, first=0):
         """This program's share of columns [first, first + w) of its rows."""
         off, mask = step_offsets(w, step_base, row_width, first)
-        shape = (ROWS, w // parts)
+        shape = (R, w // parts)
         zero = b.const("0.000000e+00", "f32", shape, lay.tile)
         return b.op(f"tt.load {pointers(ptr, off, shape, lay.tile)}, {mask}, {zero} : "
                     f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
 
     def store_tile(ptr, value, w, step_base=None, row_width=None, first=0):
         off, mask = step_offsets(w, step_base, row_width, first)
-        shape = (ROWS, w // parts)
+        shape = (R, w // parts)
         b.emit(f"tt.store {pointers(ptr, off, shape, lay.tile)}, {value}, {mask} : "
                f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
 
@@ -697,24 +741,53 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                        scaled(columns(w * parts, first, lay.rhs_n), w, col_stride, lay.rhs_n), w, lay.rhs_n, i32)
         off = b.binary("arith.addi", r, cc, tensor_type((kk, w), i32, lay.rhs))
         loaded = b.op(f"tt.load {pointers(const_ptrs[c], off, (kk, w), lay.rhs)} : {tensor_type((kk, w), '!tt.ptr<f32>', lay.rhs)}")
+        if resident:
+            return loaded
         if lay.explicit:
             return split(loaded, (kk, w), lay.rhs)
         return loaded if a.tf32_parts == 2 else tf32(loaded, (kk, w), lay.rhs)
 
-    if not streamed:
+    def resident_desc(rows, share, whole_rows=None):
+        return f"!ttg.memdesc<{rows}x{share}xf32, #tile_smem, #smem" + (f", {whole_rows}x{share}>" if whole_rows else ">")
+
+    if resident:  # each block's share in shared memory, as its TF32 parts or its f32 values
+        for key in a.matrix_blocks:
+            _, _, kk, _, w = key
+            loaded = load_matrix(key)
+            held = [loaded] if sp.weights == "resident_f32" else [p for p in split(loaded, (kk, w // parts), lay.rhs) if p is not None]
+            blocks[key] = [b.op(f"ttg.local_alloc {p} : ({tensor_type((kk, w // parts), 'f32', lay.rhs)}) -> "
+                                f"{resident_desc(kk, w // parts)}") for p in held]
+    elif not streamed:
         for key in a.matrix_blocks:  # once, before the loop (per step was 1.4x slower, IEEE dot)
             blocks[key] = load_matrix(key)
+
+    def weight_chunk(key, block_key):
+        """The TF32 parts of rows [k0, k0 + chunk) of a weight's column block (`block_key`):
+        streamed from global memory or read back from shared memory."""
+        if not resident:
+            return load_matrix(key, block_key)
+        _, k0, chunk, _, w = key
+        whole_rows, share = block_key[2], w // parts
+        loaded = []
+        for held in blocks[block_key]:
+            sub = b.op(f"ttg.memdesc_subslice {held} [{k0 - block_key[1]}, 0] : {resident_desc(whole_rows, share)} -> "
+                       f"{resident_desc(chunk, share, whole_rows)}")
+            loaded.append(b.op(f"ttg.local_load {sub} : {resident_desc(chunk, share, whole_rows)} -> "
+                               f"{tensor_type((chunk, share), 'f32', lay.rhs)}"))
+        if sp.weights == "resident_f32":
+            return split(loaded[0], (chunk, share), lay.rhs)
+        return loaded[0], (loaded[1] if len(loaded) > 1 else None)
     for v, first, w in sorted(a.vector_blocks, key=lambda blk: (a.const_index(blk[0]), blk[1])):
         c = a.const_index(v)
         cols, pw = columns(w, first, lay.cols), w // parts
         loaded = b.op(f"tt.load {pointers(const_ptrs[c], cols, (pw,), lay.cols)} : {vec(pw, '!tt.ptr<f32>', lay.cols)}")
         v2 = b.op(f"tt.expand_dims {loaded} {{axis = 0 : i32}} : {vec(pw, 'f32', lay.cols)} -> {tensor_type((1, pw), 'f32', lay.tile)}")
         blocks[(v, first, w)] = b.op(f"tt.broadcast {v2} : {tensor_type((1, pw), 'f32', lay.tile)} -> "
-                                     f"{tensor_type((ROWS, pw), 'f32', lay.tile)}")
+                                     f"{tensor_type((R, pw), 'f32', lay.tile)}")
 
     widths = [_shape(v)[1] for v in a.operands[:n]]
     xs_widths = [_shape(v, dynamic_first=True)[2] for v in a.operands[n : n + k]]
-    carry_types = [tensor_type((ROWS, w // parts), "f32", lay.tile) for w in widths]
+    carry_types = [tensor_type((R, w // parts), "f32", lay.tile) for w in widths]
     for w in widths:
         tile_offsets(w)  # before the loop: the stores after it use them too
     for v in ys:
@@ -736,7 +809,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     last = b.binary("arith.subi", length, b.const(1, i32), i32)
     opaque_zero = b.binary("arith.divsi", length, b.binary("arith.addi", length, b.const(1, i32), i32), i32)  # T / (T + 1), T >= 1
     firsts = [xs_tile(*blk, step_of(b.const(0, i32))) for blk in prefetched]
-    loop_types = [*carry_types, *(tensor_type((ROWS, w // parts), "f32", lay.tile) for _, _, w in prefetched)]
+    loop_types = [*carry_types, *(tensor_type((R, w // parts), "f32", lay.tile) for _, _, w in prefetched)]
     t, iter_args, loop = b.fresh(), [b.fresh() for _ in loop_types], b.fresh()
     b.emit(f"{loop}:{len(loop_types)} = scf.for {t} = {b.const(0, i32)} to {length} step {b.const(1, i32)} "
            f"iter_args({', '.join(f'{x} = {v}' for x, v in zip(iter_args, [*inits, *firsts]))}) -> "
@@ -752,19 +825,21 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     computed: dict = {}  # (virtual value, first column, width) -> its block this step
     chunked: dict = {}  # a streamed matmul's result -> {(first, width): its product this step}
     stored_tiles: dict = {}  # a held tile -> its copy in shared memory this step
+    exchanged: dict = {}  # a tile other programs computed parts of -> its load from the exchange
 
     def columns_back(value, first, w, encoding):
         """Columns [first, first + w) of the held tile `value` in `encoding`, through a copy in
         shared memory (registers cannot be sliced), made once a step."""
         full = _shape(value)[1]
-        desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem>"
+        desc = f"!ttg.memdesc<{R}x{full}xf32, #tile_smem, #smem>"
         if value not in stored_tiles:
-            stored_tiles[value] = b.op(f"ttg.local_alloc {values[value]} : ({tensor_type((ROWS, full), 'f32', lay.tile)}) -> {desc}")
+            whole = exchanged[value]() if value in exchanged else values[value]
+            stored_tiles[value] = b.op(f"ttg.local_alloc {whole} : ({tensor_type((R, full), 'f32', lay.tile)}) -> {desc}")
         sub, sub_desc = stored_tiles[value], desc
         if w != full:
-            sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, {ROWS}x{full}>"
+            sub_desc = f"!ttg.memdesc<{R}x{w}xf32, #tile_smem, #smem, {R}x{full}>"
             sub = b.op(f"ttg.memdesc_subslice {sub} [0, {first}] : {desc} -> {sub_desc}")
-        return b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((ROWS, w), 'f32', encoding)}")
+        return b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((R, w), 'f32', encoding)}")
 
     def streamed_products(matmul):
         """Every column block of a matmul by a streamed weight, K chunk by K chunk: the left-hand
@@ -779,13 +854,14 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         for part, k0, kk in a.lhs_parts(matmul):
             chunk = min(STREAM_K, kk)
             for kc in range(0, kk, chunk):
-                lhs_ty = tensor_type((ROWS, chunk), "f32", lay.lhs)
-                a_hi, a_lo = split(columns_back(part, kc, chunk, lay.lhs), (ROWS, chunk), lay.lhs)
+                lhs_ty = tensor_type((R, chunk), "f32", lay.lhs)
+                a_hi, a_lo = split(columns_back(part, kc, chunk, lay.lhs), (R, chunk), lay.lhs)
                 for first, w in columns:
-                    m_hi, m_lo = load_matrix((m, k0 + kc, chunk, first, w), block_key=(m, k0, kk, first, w))
-                    out_ty = tensor_type((ROWS, w), "f32", lay.tile)
-                    rhs_ty = tensor_type((chunk, w), "f32", lay.rhs)
-                    zero = b.const("0.000000e+00", "f32", (ROWS, w), lay.tile)
+                    m_hi, m_lo = weight_chunk((m, k0 + kc, chunk, first, w), (m, k0, kk, first, w))
+                    share = w // parts
+                    out_ty = tensor_type((R, share), "f32", lay.tile)
+                    rhs_ty = tensor_type((chunk, share), "f32", lay.rhs)
+                    zero = b.const("0.000000e+00", "f32", (R, share), lay.tile)
                     dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
                     # two independent chains a block: the big product and the two small ones
                     big[(first, w)] = dot(a_hi, m_hi, big.get((first, w), zero))
@@ -793,16 +869,18 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                         small[(first, w)] = dot(a_hi, m_lo, dot(a_lo, m_hi, small.get((first, w), zero)))
         if not small:
             return big
-        return {key: b.binary("arith.addf", big[key], small[key], tensor_type((ROWS, key[1]), "f32", lay.tile)) for key in columns}
+        return {key: b.binary("arith.addf", big[key], small[key], tensor_type((R, key[1] // parts), "f32", lay.tile)) for key in columns}
 
     exchanges: list = []  # per exchange point of a step: (its first float in the scratch, row width)
 
-    def exchange(matmul):
-        """The matmul's left-hand side whole (its parts, each in the tt.dot A layout), from the
+    def exchange(matmul, into_tile: bool = False):
+        """The matmul's left-hand side whole (its parts, each in the tt.dot A layout; with
+        `into_tile`, a function loading it in the tiles' layout), from the
         shares the `parts` programs of these rows computed: each stores its share to the scratch
         (two buffers, by the step's parity: a program one step ahead writes the other), the
         programs meet at a barrier (`arrivals`: the counter of this exchange and rows, (t + 1)·parts
-        once all have stored step t's), and each loads the whole from L2 (.cg: past the L1)."""
+        once all have stored step t's), and each loads the whole from L2 (.cg: past the L1), in
+        the A layout or (`into_tile`) the tiles' layout."""
         lhs = a.lhs_parts(matmul)
         width = sum(kk for _, _, kk in lhs)
         index, base = len(exchanges), sum(2 * a.rows * wd for _, wd in exchanges)
@@ -811,11 +889,11 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             "arith.muli", b.binary("arith.andi", t, b.const(1, i32), i32), b.const(a.rows * width, i32), i32), i32)
         for tile, k0, kk in lhs:
             off, mask = step_offsets(kk, buffer, width, k0)
-            shape = (ROWS, kk // parts)
+            shape = (R, kk // parts)
             b.emit(f"tt.store {pointers(exchange_ptr, off, shape, lay.tile)}, {values[tile]}, {mask} : "
                    f"{tensor_type(shape, '!tt.ptr<f32>', lay.tile)}")
         b.emit("gpu.barrier")  # every thread's stores before the arrival (its release covers them)
-        counter = b.op(f"tt.addptr {arrivals_ptr}, {b.binary('arith.addi', pid, b.const(index * _blocks(a.rows), i32), i32)} : "
+        counter = b.op(f"tt.addptr {arrivals_ptr}, {b.binary('arith.addi', pid, b.const(index * _blocks(a.rows, R), i32), i32)} : "
                        f"!tt.ptr<i32>, i32")
         true, one, zero = b.op("arith.constant true"), b.const(1, i32), b.const(0, i32)
         target = b.binary("arith.muli", b.binary("arith.addi", t, one, i32), b.const(parts, i32), i32)
@@ -830,22 +908,26 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit("}")
         b.emit("gpu.barrier")
         whole = {}
-        enc_m, enc_k, enc = (lay.lhs_m, lay.lhs_k, lay.lhs) if lay.explicit else ("", "", "")
-        lanes_m = b.op(f"tt.make_range {{end = {ROWS} : i32, start = 0 : i32}} : {vec(ROWS, i32, enc_m)}")
-        rows_m = b.binary("arith.addi", b.splat(first_row, i32, (ROWS,), enc_m), lanes_m, vec(ROWS, i32, enc_m))
-        mask_m = b.op(f"arith.cmpi slt, {rows_m}, {b.splat(b.const(a.rows, i32), i32, (ROWS,), enc_m)} : {vec(ROWS, i32, enc_m)}")
-        row_base = b.binary("arith.addi", b.binary("arith.muli", rows_m, b.splat(b.const(width, i32), i32, (ROWS,), enc_m), vec(ROWS, i32, enc_m)),
-                            b.splat(buffer, i32, (ROWS,), enc_m), vec(ROWS, i32, enc_m))
-        for tile, k0, kk in lhs:
+        enc_m, enc_k, enc = ((lay.rows, lay.cols, lay.tile) if into_tile else (lay.lhs_m, lay.lhs_k, lay.lhs)) \
+            if lay.explicit else ("", "", "")
+        lanes_m = b.op(f"tt.make_range {{end = {R} : i32, start = 0 : i32}} : {vec(R, i32, enc_m)}")
+        rows_m = b.binary("arith.addi", b.splat(first_row, i32, (R,), enc_m), lanes_m, vec(R, i32, enc_m))
+        mask_m = b.op(f"arith.cmpi slt, {rows_m}, {b.splat(b.const(a.rows, i32), i32, (R,), enc_m)} : {vec(R, i32, enc_m)}")
+        row_base = b.binary("arith.addi", b.binary("arith.muli", rows_m, b.splat(b.const(width, i32), i32, (R,), enc_m), vec(R, i32, enc_m)),
+                            b.splat(buffer, i32, (R,), enc_m), vec(R, i32, enc_m))
+        def load(k0, kk):
             cols = b.binary("arith.addi", b.op(f"tt.make_range {{end = {kk} : i32, start = 0 : i32}} : {vec(kk, i32, enc_k)}"),
                             b.splat(b.const(k0, i32), i32, (kk,), enc_k), vec(kk, i32, enc_k))
-            r, c = grid2d(row_base, ROWS, enc_m, cols, kk, enc_k, i32)
-            m2 = b.op(f"tt.expand_dims {mask_m} {{axis = 1 : i32}} : {vec(ROWS, 'i1', enc_m)} -> {tensor_type((ROWS, 1), 'i1', enc)}")
-            mask = b.op(f"tt.broadcast {m2} : {tensor_type((ROWS, 1), 'i1', enc)} -> {tensor_type((ROWS, kk), 'i1', enc)}")
-            ptrs = pointers(exchange_ptr, b.binary("arith.addi", r, c, tensor_type((ROWS, kk), i32, enc)), (ROWS, kk), enc)
-            zero_tile = b.const("0.000000e+00", "f32", (ROWS, kk), enc)
-            whole[tile] = b.op(f"tt.load {ptrs}, {mask}, {zero_tile} cacheModifier = cg : {tensor_type((ROWS, kk), '!tt.ptr<f32>', enc)}")
-        return whole
+            r, c = grid2d(row_base, R, enc_m, cols, kk, enc_k, i32)
+            m2 = b.op(f"tt.expand_dims {mask_m} {{axis = 1 : i32}} : {vec(R, 'i1', enc_m)} -> {tensor_type((R, 1), 'i1', enc)}")
+            mask = b.op(f"tt.broadcast {m2} : {tensor_type((R, 1), 'i1', enc)} -> {tensor_type((R, kk), 'i1', enc)}")
+            ptrs = pointers(exchange_ptr, b.binary("arith.addi", r, c, tensor_type((R, kk), i32, enc)), (R, kk), enc)
+            zero_tile = b.const("0.000000e+00", "f32", (R, kk), enc)
+            return b.op(f"tt.load {ptrs}, {mask}, {zero_tile} cacheModifier = cg : {tensor_type((R, kk), '!tt.ptr<f32>', enc)}")
+
+        if into_tile:  # each part loaded where its chunks are read: one part in shared memory at a time
+            return {tile: (lambda k0=k0, kk=kk: load(k0, kk)) for tile, k0, kk in lhs}
+        return {tile: load(k0, kk) for tile, k0, kk in lhs}
 
     def block_of(value, first, w):
         """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
@@ -870,13 +952,15 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         share = w // parts  # the columns this program computes
         if name == "linalg.fill":
             scalar = str(_producer(inner.operands[0]).attributes["value"]).split(" : ")[0]
-            return [b.const(scalar, "f32", (ROWS, share), lay.tile)]
+            return [b.const(scalar, "f32", (R, share), lay.tile)]
         if name == "linalg.matmul":
             _, m, init = inner.operands
-            out_ty = tensor_type((ROWS, share), "f32", lay.tile)
-            zero = b.const("0.000000e+00", "f32", (ROWS, share), lay.tile)
+            out_ty = tensor_type((R, share), "f32", lay.tile)
+            zero = b.const("0.000000e+00", "f32", (R, share), lay.tile)
             acc = zero if _zero_fill(init) else block_of(init, first, w)
-            if streamed:
+            if streamed or resident:
+                if parts > 1 and any(part not in stored_tiles and part not in exchanged for part, _, _ in a.lhs_parts(inner)):
+                    exchanged.update(exchange(inner, into_tile=True))
                 if inner.results[0] not in chunked:
                     chunked[inner.results[0]] = streamed_products(inner)
                 product = chunked[inner.results[0]][(first, w)]
@@ -884,23 +968,23 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             product = None
             if parts > 1 and any(part not in lhs_parts for part, _, _ in a.lhs_parts(inner)):
                 for part, whole in exchange(inner).items():
-                    lhs_parts[part] = split(whole, (ROWS, _shape(part)[1]), lay.lhs) if lay.explicit else whole
+                    lhs_parts[part] = split(whole, (R, _shape(part)[1]), lay.lhs) if lay.explicit else whole
                     if not lay.explicit and a.tf32_parts == 1:
-                        lhs_parts[part] = tf32(whole, (ROWS, _shape(part)[1]), "")
+                        lhs_parts[part] = tf32(whole, (R, _shape(part)[1]), "")
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
                 weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
                     if a.tf32_parts == 1 and part not in lhs_parts:
-                        lhs_parts[part] = tf32(values[part], (ROWS, kk), "")
+                        lhs_parts[part] = tf32(values[part], (R, kk), "")
                     lhs = lhs_parts.get(part, values[part])
                     precision = DOT_PRECISION if a.tf32_parts == 2 else "tf32"
                     acc = b.op(f"tt.dot {lhs}, {weight}, {acc}, inputPrecision = {precision} : "
-                               f"{tensor_type((ROWS, kk), 'f32')} * {tensor_type((kk, share), 'f32')} -> {out_ty}")
+                               f"{tensor_type((R, kk), 'f32')} * {tensor_type((kk, share), 'f32')} -> {out_ty}")
                     continue
-                lhs_ty = tensor_type((ROWS, kk), "f32", lay.lhs)
+                lhs_ty = tensor_type((R, kk), "f32", lay.lhs)
                 if part not in lhs_parts:
-                    converted = b.op(f"ttg.convert_layout {values[part]} : {tensor_type((ROWS, kk), 'f32', lay.tile)} -> {lhs_ty}")
-                    lhs_parts[part] = split(converted, (ROWS, kk), lay.lhs)
+                    converted = b.op(f"ttg.convert_layout {values[part]} : {tensor_type((R, kk), 'f32', lay.tile)} -> {lhs_ty}")
+                    lhs_parts[part] = split(converted, (R, kk), lay.lhs)
                 (a_hi, a_lo), (m_hi, m_lo) = lhs_parts[part], weight
                 rhs_ty = tensor_type((kk, share), "f32", lay.rhs)
                 dot = lambda x, y, c: b.op(f"tt.dot {x}, {y}, {c}, inputPrecision = tf32 : {lhs_ty} * {rhs_ty} -> {out_ty}")  # noqa: E731
@@ -923,20 +1007,20 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         for arg, v, mp in zip(g.body.arguments, g.ins, g.maps):
             scalar, dims = _scalar_constant(v), _map_dims(mp)
             if scalar is not None:
-                body_values[arg] = b.const(scalar[0], scalar[1], (ROWS, share), lay.tile)
+                body_values[arg] = b.const(scalar[0], scalar[1], (R, share), lay.tile)
             elif dims == [1]:
                 body_values[arg] = blocks[(v, first, w)]
             elif dims == [0, None]:  # a statistic, along the columns
-                body_values[arg] = b.op(f"tt.broadcast {values[v]} : {tensor_type((ROWS, 1), 'f32', lay.tile)} -> "
-                                        f"{tensor_type((ROWS, w), 'f32', lay.tile)}")
+                body_values[arg] = b.op(f"tt.broadcast {values[v]} : {tensor_type((R, 1), 'f32', lay.tile)} -> "
+                                        f"{tensor_type((R, w), 'f32', lay.tile)}")
             else:
                 body_values[arg] = block_of(v, first, w)
         if not reduction:
-            return g.run_body(None, body_values, {}, None, (ROWS, share))
+            return g.run_body(None, body_values, {}, None, (R, share))
         combiners = split_combiners(inner)
-        g.run_body(None, body_values, {}, None, (ROWS, w), stop={c: None for c in combiners})
+        g.run_body(None, body_values, {}, None, (R, w), stop={c: None for c in combiners})
         statistics = []
-        column_ty = tensor_type((ROWS, 1), "f32", lay.tile)
+        column_ty = tensor_type((R, 1), "f32", lay.tile)
         for j, c in enumerate(combiners):
             lhs, rhs = c.operands
             term = body_values[rhs if lhs == g.body.arguments[len(g.ins) + j] else lhs]
@@ -945,8 +1029,8 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             b.emit(f"^bb0({p}: f32, {q}: f32):")
             b.emit(f"  {folded} = {c.operation.name} {p}, {q} : f32")
             b.emit(f"  tt.reduce.return {folded} : f32")
-            b.emit(f"}}) : ({tensor_type((ROWS, w), 'f32', lay.tile)}) -> {vec(ROWS, 'f32', lay.rows)}")
-            column = b.op(f"tt.expand_dims {red} {{axis = 1 : i32}} : {vec(ROWS, 'f32', lay.rows)} -> {column_ty}")
+            b.emit(f"}}) : ({tensor_type((R, w), 'f32', lay.tile)}) -> {vec(R, 'f32', lay.rows)}")
+            column = b.op(f"tt.expand_dims {red} {{axis = 1 : i32}} : {vec(R, 'f32', lay.rows)} -> {column_ty}")
             statistics.append(b.binary(c.operation.name, values[g.outs[j]], column, column_ty))
         return statistics
 
@@ -962,13 +1046,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         elif name == "tensor.concat":
             if inner.results[0] in a.held_concats:  # the parts stored side by side, read back whole
                 full = _shape(inner.results[0])[1]
-                desc = f"!ttg.memdesc<{ROWS}x{full}xf32, #tile_smem, #smem, mutable>"
+                desc = f"!ttg.memdesc<{R}x{full}xf32, #tile_smem, #smem, mutable>"
                 buffer = b.op(f"ttg.local_alloc : () -> {desc}")
                 for part, first, w in a.concats[inner.results[0]]:
-                    sub_desc = f"!ttg.memdesc<{ROWS}x{w}xf32, #tile_smem, #smem, mutable, {ROWS}x{full}>"
+                    sub_desc = f"!ttg.memdesc<{R}x{w}xf32, #tile_smem, #smem, mutable, {R}x{full}>"
                     sub = b.op(f"ttg.memdesc_subslice {buffer} [0, {first}] : {desc} -> {sub_desc}")
-                    b.emit(f"ttg.local_store {values[part]}, {sub} : {tensor_type((ROWS, w), 'f32', lay.tile)} -> {sub_desc}")
-                values[inner.results[0]] = b.op(f"ttg.local_load {buffer} : {desc} -> {tensor_type((ROWS, full), 'f32', lay.tile)}")
+                    b.emit(f"ttg.local_store {values[part]}, {sub} : {tensor_type((R, w), 'f32', lay.tile)} -> {sub_desc}")
+                values[inner.results[0]] = b.op(f"ttg.local_load {buffer} : {desc} -> {tensor_type((R, full), 'f32', lay.tile)}")
             continue  # else read in parts
         elif inner.results[0] not in a.virtual:  # a virtual value is computed where a slice reads it
             values.update(zip(inner.results, emit(inner, 0, _shape(inner.results[0])[1])))
@@ -985,4 +1069,4 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     kernel = b.text()
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows, parts, exchange_floats=sum(2 * a.rows * w for _, w in exchanges),
-                         arrivals=len(exchanges) * _blocks(a.rows))
+                         arrivals=len(exchanges) * _blocks(a.rows, R), block_rows=R, weights=sp.weights if sp else "held")
