@@ -84,7 +84,9 @@ LOOKBACK_TILE_BYTES = 1 << 16
 # 0.121, [8, 4096, 1024] 0.188-0.243 / 0.153-0.184, [32, 2048, 2048] 0.650-0.760 / 0.436-0.443
 # (86-90% of the roofline op; accelerated-scan 0.417-0.487). Tiles of 4096 elements, a thread a
 # run of 16 rows: [256, 16] until the 64-column blocks alone number 512, then [64, 64]; of the
-# [64-512, 16-64] tiles with 4 or 8 warps swept, none was faster at every width.
+# [64-512, 16-64] tiles with 4 or 8 warps swept, none was faster at every width. bf16 pairs in
+# tiles of as many bytes (8192 elements) ran slower: [32, 2048, 2048] 0.48-0.50 ms against 0.397
+# for [64, 64] (roofline op 0.197, accelerated-scan 0.251; H200, 2026-11-29).
 WIDE_SCAN_COLUMNS = 4096
 WIDE_TILE = 4096
 
