@@ -56,8 +56,12 @@ STREAMED_WEIGHT_BYTES = 256 * 1024
 # waits for each link), and where the products have fewer than CHAINED_BLOCKS column blocks (an
 # RNN's one; an LSTM has four gates) each product in CHAINED_BLOCKS // blocks chains, its chunks
 # taken in turn, summed after the last. H200, same process each: RNN B=64 H=256 T=512 1.94 -> 1.88
-# ms forward (4.61 -> 4.22 forward+backward); LSTM B=32 H=128 T=128 forward+backward 1.82 -> 1.63.
+# ms forward (4.61 -> 4.22 forward+backward); LSTM B=32 H=128 T=128 forward+backward 1.82 -> 1.63
+# (runs of one day). Only for resident weights (a program's few columns), where the accumulators
+# take at most CHAIN_REGISTERS f32 a thread; else the two small products share one chain: the
+# LayerNorm-LSTM's streamed [16, 128] gate blocks spilled (1.6 KiB; 2.97 ms forward, 1.56 before).
 CHAINED_BLOCKS = 4
+CHAIN_REGISTERS = 64
 # Weights past shared memory are first split among programs instead (`_split`): P programs
 # share a block of rows, each computing 1/P of the columns of every tile (its slice of each gate:
 # the cell's elementwise update needs no other program's columns) with 1/P of each weight's
@@ -856,7 +860,11 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         spills)."""
         m = matmul.operands[1]
         columns = sorted(a.matmul_columns[matmul.results[0]])
-        chains = max(1, CHAINED_BLOCKS // len(columns))
+        per_thread = R * max(w for _, w in columns) // parts // (32 * lay.warps)  # f32 of an accumulator
+        separate = resident and 3 * len(columns) * per_thread <= CHAIN_REGISTERS
+        chains = max(1, CHAINED_BLOCKS // len(columns)) if separate else 1
+        while chains > 1 and 3 * len(columns) * chains * per_thread > CHAIN_REGISTERS:
+            chains //= 2
         sums: dict = {}  # (column block, product, chain) -> its partial sum
         position = 0  # of the chunk along K, over the parts
         for part, k0, kk in a.lhs_parts(matmul):
@@ -871,7 +879,8 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
                     out_ty = tensor_type((R, share), "f32", lay.tile)
                     rhs_ty = tensor_type((chunk, share), "f32", lay.rhs)
                     zero = b.const("0.000000e+00", "f32", (R, share), lay.tile)
-                    products = [("hi", a_hi, m_hi)] + ([("hi_lo", a_hi, m_lo), ("lo_hi", a_lo, m_hi)] if a_lo is not None else [])
+                    products = [("hi", a_hi, m_hi)] + ([("lo_hi", a_lo, m_hi), ("hi_lo" if separate else "lo_hi", a_hi, m_lo)]
+                                                       if a_lo is not None else [])
                     for name, x, y in products:
                         key = ((first, w), name, chain)
                         sums[key] = b.op(f"tt.dot {x}, {y}, {sums.get(key, zero)}, inputPrecision = tf32 : "
