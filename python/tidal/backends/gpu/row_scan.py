@@ -581,7 +581,7 @@ def _layouts(a: "_Analysis", chunked: bool, parts: int, block_rows: int) -> _Lay
     row_warps = block_rows // ROWS
     warps = max(1, min(NUM_WARPS // row_warps, min(_tile_widths(a)) // parts // 8))  # no mma tile wider than a value
     explicit = chunked or _weight_bytes(a) // parts <= warps * REGISTER_WEIGHT_BYTES_PER_WARP
-    return _Layouts(explicit, warps if explicit or parts > 1 else NUM_WARPS, row_warps)
+    return _Layouts(explicit, warps if explicit else NUM_WARPS, row_warps)
 
 
 def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
@@ -901,14 +901,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
 
     exchanges: list = []  # per exchange point of a step: (its first float in the scratch, row width)
 
-    def exchange(matmul, into_tile: bool = False):
-        """The matmul's left-hand side whole (its parts, each in the tt.dot A layout; with
-        `into_tile`, a function loading it in the tiles' layout), from the
-        shares the `parts` programs of these rows computed: each stores its share to the scratch
-        (two buffers, by the step's parity: a program one step ahead writes the other), the
-        programs meet at a barrier (`arrivals`: the counter of this exchange and rows, (t + 1)·parts
-        once all have stored step t's), and each loads the whole from L2 (.cg: past the L1), in
-        the A layout or (`into_tile`) the tiles' layout."""
+    def exchange(matmul):
+        """The matmul's left-hand side whole, from the shares the `parts` programs of these rows
+        computed: each stores its share to the scratch (two buffers, by the step's parity: a
+        program one step ahead writes the other), the programs meet at a barrier (`arrivals`: the
+        counter of this exchange and rows, (t + 1)·parts once all have stored step t's); then a
+        function per part loading it whole from L2 (.cg: past the L1) in the tiles' layout, called
+        where its chunks are read (one part in shared memory at a time)."""
         lhs = a.lhs_parts(matmul)
         width = sum(kk for _, _, kk in lhs)
         index, base = len(exchanges), sum(2 * a.rows * wd for _, wd in exchanges)
@@ -936,8 +935,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit("}")
         b.emit("gpu.barrier")
         whole = {}
-        enc_m, enc_k, enc = ((lay.rows, lay.cols, lay.tile) if into_tile else (lay.lhs_m, lay.lhs_k, lay.lhs)) \
-            if lay.explicit else ("", "", "")
+        enc_m, enc_k, enc = lay.rows, lay.cols, lay.tile
         lanes_m = b.op(f"tt.make_range {{end = {R} : i32, start = 0 : i32}} : {vec(R, i32, enc_m)}")
         rows_m = b.binary("arith.addi", b.splat(first_row, i32, (R,), enc_m), lanes_m, vec(R, i32, enc_m))
         mask_m = b.op(f"arith.cmpi slt, {rows_m}, {b.splat(b.const(a.rows, i32), i32, (R,), enc_m)} : {vec(R, i32, enc_m)}")
@@ -953,9 +951,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             zero_tile = b.const("0.000000e+00", "f32", (R, kk), enc)
             return b.op(f"tt.load {ptrs}, {mask}, {zero_tile} cacheModifier = cg : {tensor_type((R, kk), '!tt.ptr<f32>', enc)}")
 
-        if into_tile:  # each part loaded where its chunks are read: one part in shared memory at a time
-            return {tile: (lambda k0=k0, kk=kk: load(k0, kk)) for tile, k0, kk in lhs}
-        return {tile: load(k0, kk) for tile, k0, kk in lhs}
+        return {tile: (lambda k0=k0, kk=kk: load(k0, kk)) for tile, k0, kk in lhs}
 
     def block_of(value, first, w):
         """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
@@ -988,17 +984,12 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
             acc = zero if _zero_fill(init) else block_of(init, first, w)
             if streamed or resident:
                 if parts > 1 and any(part not in stored_tiles and part not in exchanged for part, _, _ in a.lhs_parts(inner)):
-                    exchanged.update(exchange(inner, into_tile=True))
+                    exchanged.update(exchange(inner))
                 if inner.results[0] not in chunked:
                     chunked[inner.results[0]] = streamed_products(inner)
                 product = chunked[inner.results[0]][(first, w)]
                 return [product if _zero_fill(init) else b.binary("arith.addf", acc, product, out_ty)]
             product = None
-            if parts > 1 and any(part not in lhs_parts for part, _, _ in a.lhs_parts(inner)):
-                for part, whole in exchange(inner).items():
-                    lhs_parts[part] = split(whole, (R, _shape(part)[1]), lay.lhs) if lay.explicit else whole
-                    if not lay.explicit and a.tf32_parts == 1:
-                        lhs_parts[part] = tf32(whole, (R, _shape(part)[1]), "")
             for part, k0, kk in a.lhs_parts(inner):  # a concat's parts times the weight's row blocks
                 weight = blocks[(m, k0, kk, first, w)]
                 if not lay.explicit:
