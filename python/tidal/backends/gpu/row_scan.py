@@ -1,6 +1,7 @@
 """A scan whose step treats each batch row on its own (an RNN cell) as ONE persistent kernel.
 
-Each program owns a block of ROWS batch rows and runs the whole time loop (`scf.for`) inside: its
+Each program owns a block of ROWS batch rows (32 or 64 where a split would otherwise need more
+programs than may run: `_split`) and runs the whole time loop (`scf.for`) inside: its
 carries stay in registers from step to step, the weights (the step's matmul right-hand sides and
 its broadcast vectors) are loaded once before the loop, each step loads its rows of the xs slices,
 multiplies with `tt.dot` (fp32-accurate, see DOT_PRECISION) and stores its rows of
