@@ -526,6 +526,33 @@ def test_gated_cells_are_one_row_kernel_forward_and_backward(gpu_programs_of_tor
         assert f".entry {rows[0].name}(" in kernel_asm(rows[0], "ptx", ("cuda", 90))
 
 
+@pytest.mark.parametrize("kind,h", [("rnn", 256), ("lstm", 256), ("gru", 256), ("rnn", 512), ("lstm", 512), ("gru", 512)])
+def test_split_cells_fit_shared_memory_forward_and_backward(gpu_programs_of_torch_compile, kind, h):
+    """The issue's cells past shared memory (B=64): forward and adjoint are one row kernel each,
+    split among programs whose slices of the weights stay in shared memory with room for the
+    left-hand side's part; `_split`'s estimate holds for both (at most 227 KiB: Triton refuses
+    more at the first call)."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_cell
+
+    from tidal.backends.gpu.triton_compile import compile_kernel
+
+    xs = torch.randn(4, 64, h, requires_grad=True)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(make_cell(kind, h, "cpu", "scan"), backend="tidal", fullgraph=True, options={"fallback": "warn"})(xs).sum().backward()
+    forward, backward = gpu_programs_of_torch_compile
+    for program in (forward, backward):
+        (rows,) = [k for k in program.kernels_for_emit() if "scan_rows" in k.name]
+        assert "exchange" in rows.signature and "ttg.local_load" in rows.text
+        assert compile_kernel(rows, ("cuda", 90)).metadata.shared <= 227 * 1024
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_rnn_modules_train_as_row_kernels(gpu_programs_of_torch_compile, kind):
     """nn.LSTM / nn.GRU (2 layers, bidirectional) inside compiled code: each layer and direction
