@@ -829,7 +829,7 @@ def test_weights_past_shared_memory_are_streamed_up_to_a_limit(monkeypatch, h):
     from tidal.backends.gpu.triton_compile import compile_kernel
 
     (launch,) = launches
-    assert launch.parts == 1
+    assert launch.parts == 1 and launch.weights == "streamed"
     ttgir = kernel_asm(launch.kernel, "ttgir", ("cuda", 90))
     loop = ttgir[ttgir.index("scf.for"):]
     assert len(re.findall(r"tt\.load %\w+ : tensor<16x256x!tt\.ptr<f32>", loop)) == h // 16, loop  # U's chunks, in the loop

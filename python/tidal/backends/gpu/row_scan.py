@@ -104,7 +104,7 @@ class RowScanLaunch:
     exchange_floats: int = 0  # f32 scratch the parts exchange tiles through (`exchange`)
     arrivals: int = 0  # i32 counters (zeroed per launch) of the parts' arrivals at each exchange
     block_rows: int = ROWS  # batch rows a program computes
-    weights: str = "registers"  # where the weights live (`_Split.weights`)
+    weights: str = "held"  # "held" (loaded once before the loop), "streamed" or `_Split.weights`
 
     @property
     def blocks(self) -> int:
@@ -596,7 +596,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     # at every step, chunk by chunk
     sp = _split(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else None
     parts, R = (sp.parts, sp.block_rows) if sp else (1, ROWS)
-    resident = sp is not None and sp.weights != "held"
+    resident = sp is not None
     streamed = sp is None and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
     if streamed and _weight_bytes(a) // a.tf32_parts > STREAMED_WEIGHT_BYTES:
         return None
@@ -1089,4 +1089,5 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     kernel = b.text()
     operands = a.operands[: n + k] + [a.operands[n + k + c] for c in consts]
     return RowScanLaunch(kernel, operands, a.rows, parts, exchange_floats=sum(2 * a.rows * w for _, w in exchanges),
-                         arrivals=len(exchanges) * _blocks(a.rows, R), block_rows=R, weights=sp.weights if sp else "held")
+                         arrivals=len(exchanges) * _blocks(a.rows, R), block_rows=R,
+                         weights=sp.weights if sp else "streamed" if streamed else "held")
