@@ -25,6 +25,7 @@ runs as the host loop.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -508,6 +509,7 @@ def _split(a: "_Analysis") -> _Split | None:
     widths = _tile_widths(a) | {w for *_, w in a.matrix_blocks} | {w for *_, w in a.vector_blocks} | \
         {w for *_, w in a.xs_blocks} | {w for *_, w in a.slices.values()} | \
         {w for parts in a.concats.values() for *_, w in parts}
+    lhs_bytes = 4 * _largest_lhs_part(a)  # a row of it
     more = [PREFERRED_PARTS << i for i in range(4)]
     fewer = [PREFERRED_PARTS >> i for i in range(1, PREFERRED_PARTS.bit_length() - 1)]
     for block_rows in BLOCK_ROWS:
@@ -517,7 +519,7 @@ def _split(a: "_Analysis") -> _Split | None:
             if min(widths) // parts < 16 or _blocks(a.rows, block_rows) * parts > _sm_count() * COLUMN_PROGRAMS_PER_SM:
                 continue
             for weights, share in (("resident", _weight_bytes(a) // parts), ("resident_f32", _weight_bytes(a) // a.tf32_parts // parts)):
-                if share + 4 * block_rows * _largest_lhs_part(a) <= RESIDENT_SHARED_BYTES:
+                if share + block_rows * lhs_bytes <= RESIDENT_SHARED_BYTES:
                     return _Split(block_rows, parts, weights)
     return None
 
@@ -834,7 +836,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     nexts = [xs_tile(*blk, step_of(ahead)) for blk in prefetched]  # the last step loads its own slices again
     lhs_parts: dict = {}
     computed: dict = {}  # (virtual value, first column, width) -> its block this step
-    chunked: dict = {}  # a streamed matmul's result -> {(first, width): its product this step}
+    chunked: dict = {}  # a chunked matmul's result (streamed or resident weights) -> {(first, width): its product this step}
     stored_tiles: dict = {}  # a held tile -> its copy in shared memory this step
     exchanged: dict = {}  # a tile other programs computed parts of -> its load from the exchange
 
@@ -889,15 +891,14 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         out = {}
         for block in columns:
             ty = tensor_type((R, block[1] // parts), "f32", lay.tile)
-            total = None
-            for name in ("hi", "hi_lo", "lo_hi"):  # the small products summed before they meet the big one
-                for chain in range(chains):
-                    if (block, name, chain) in sums:
-                        term = sums[(block, name, chain)]
-                        total = term if total is None else b.binary("arith.addf", total, term, ty)
-                if name == "hi":
-                    big, total = total, None
-            out[block] = big if total is None else b.binary("arith.addf", big, total, ty)
+            add = lambda x, y: b.binary("arith.addf", x, y, ty)  # noqa: E731
+
+            def total(names):
+                terms = [sums[(block, n, c)] for n in names for c in range(chains) if (block, n, c) in sums]
+                return functools.reduce(add, terms) if terms else None
+
+            big, small = total(["hi"]), total(["hi_lo", "lo_hi"])  # the small products summed before they meet the big one
+            out[block] = big if small is None else add(big, small)
         return out
 
     exchanges: list = []  # per exchange point of a step: (its first float in the scratch, row width)
@@ -935,13 +936,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
         b.emit(f"  scf.yield {polled} : i32")
         b.emit("}")
         b.emit("gpu.barrier")
-        whole = {}
         enc_m, enc_k, enc = lay.rows, lay.cols, lay.tile
         lanes_m = b.op(f"tt.make_range {{end = {R} : i32, start = 0 : i32}} : {vec(R, i32, enc_m)}")
         rows_m = b.binary("arith.addi", b.splat(first_row, i32, (R,), enc_m), lanes_m, vec(R, i32, enc_m))
         mask_m = b.op(f"arith.cmpi slt, {rows_m}, {b.splat(b.const(a.rows, i32), i32, (R,), enc_m)} : {vec(R, i32, enc_m)}")
         row_base = b.binary("arith.addi", b.binary("arith.muli", rows_m, b.splat(b.const(width, i32), i32, (R,), enc_m), vec(R, i32, enc_m)),
                             b.splat(buffer, i32, (R,), enc_m), vec(R, i32, enc_m))
+
         def load(k0, kk):
             cols = b.binary("arith.addi", b.op(f"tt.make_range {{end = {kk} : i32, start = 0 : i32}} : {vec(kk, i32, enc_k)}"),
                             b.splat(b.const(k0, i32), i32, (kk,), enc_k), vec(kk, i32, enc_k))
