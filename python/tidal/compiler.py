@@ -225,10 +225,22 @@ def compile_graph_module(gm, example_inputs, dump_dir: str | None = None, device
         _device_agnostic(gm)
         program = gpu_function(import_graph_module(gm), dump_dir)
         program.host_results = host_results
+        if torch.cuda.is_available():  # its kernels compile in workers while Dynamo and AOTAutograd go on
+            program.launcher.prefetch(_example_device(example_inputs))
         return GraphProgram(program, plan)
     from tidal.backends.cpu.forwarded_results import output_aliases
 
     return GraphProgram(native_function(import_graph_module(gm), dump_dir, output_aliases(gm)), plan)
+
+
+def _example_device(example_inputs) -> int:
+    """The GPU the graph's example tensors are on (the current one where none is)."""
+    import torch
+
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            return t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return torch.cuda.current_device()
 
 
 def _host_results(gm) -> list[int]:

@@ -641,6 +641,93 @@ def _traced_gpu_program(fn, *inputs):
         return gpu_function(import_program(fn, inputs))
 
 
+def test_compile_workers_fill_tritons_disk_cache_for_the_launching_process(tmp_path, monkeypatch):
+    """Kernels a worker process compiled load in this process without being parsed here (a
+    Triton cache hit); a kernel no worker compiled is parsed here (the counter can move); a
+    kernel the worker cannot compile comes back with the reason."""
+    import torch
+
+    from tidal.backends.gpu import compile_worker
+    from tidal.backends.gpu.compile_pool import CompilePool
+    from tidal.backends.gpu.triton_compile import compile_kernel, kernel_text
+    from tidal.backends.gpu.ttir import Kernel
+    from triton.backends.compiler import GPUTarget
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    kernels = _traced_gpu_program(lambda x: (x.exp().sum(1), x.amax(0), torch.tanh(x) * 3), torch.randn(48, 24)).kernels_for_emit()
+    assert len(kernels) == 3
+    target = GPUTarget("cuda", 90, 32)
+    pool = CompilePool(2)
+    try:
+        futures = [pool.submit(k, ("cuda", 90), kernel_text(k, target)) for k in kernels[:2]]
+        broken = pool.submit(Kernel("broken", "tt.func @broken( {", {}), ("cuda", 90), "tt.func @broken( {")
+        assert [f.result(timeout=120) for f in futures] == [None, None]
+        assert broken.result(timeout=120)
+    finally:
+        pool.close()
+    parsed = compile_worker.parsed
+    for k in kernels[:2]:
+        assert compile_kernel(k, ("cuda", 90)).asm["cubin"]
+    assert compile_worker.parsed == parsed
+    compile_kernel(kernels[2], ("cuda", 90))
+    assert compile_worker.parsed == parsed + 1
+
+
+def test_a_dead_compile_worker_answers_every_job_and_warns_once():
+    """Workers killed: each job still gets an answer (the launch compiles it in-process), one
+    warning says the first calls are slower and how to turn the workers off."""
+    from tidal.backends.gpu.compile_pool import CompilePool
+    from tidal.backends.gpu.ttir import Kernel
+
+    pool = CompilePool(2)
+    for worker in pool._workers:
+        worker.kill()
+        worker.wait()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        futures = [pool.submit(Kernel(f"k{n}", "", {}), ("cuda", 90), "") for n in range(5)]
+        answers = [f.result(timeout=60) for f in futures]
+    pool.close()
+    assert all("compile worker" in a for a in answers), answers
+    assert [str(w.message) for w in caught if "compile worker exited" in str(w.message)][:1] and \
+        len([w for w in caught if "compile worker exited" in str(w.message)]) == 1
+
+
+def test_a_programs_kernels_go_to_the_compile_workers_once_before_its_first_launch(monkeypatch):
+    """The first kernel a launch needs on a GPU hands the program's other kernels to the workers
+    (once), waits for its own, then loads it here; a program of one kernel compiles it here."""
+    from concurrent.futures import Future
+
+    import torch
+
+    import tidal.backends.gpu.launch as launch
+
+    submitted, compiled_here = [], []
+
+    class Pool:
+        def submit(self, kernel, target, text):
+            submitted.append((kernel.name, target))
+            done = Future()
+            done.set_result(None)
+            return done
+
+    monkeypatch.setattr(launch.compile_pool, "shared_pool", lambda: Pool())
+    monkeypatch.setattr(launch, "compile_kernel", lambda kernel, device=None: compiled_here.append(kernel.name) or kernel.name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    program = _traced_gpu_program(lambda x: (x.exp().sum(1), x.amax(0), torch.tanh(x) * 2), torch.randn(64, 32))
+    kernels = program.kernels_for_emit()
+    launcher = program.launcher
+    launcher.device = 0
+    assert launcher.compiled(kernels[1]) == kernels[1].name
+    assert submitted == [(k.name, ("cuda", 90)) for k in kernels] and compiled_here == [kernels[1].name]
+    assert launcher.compiled(kernels[0]) == kernels[0].name and len(submitted) == 3
+    submitted.clear()
+    single = _traced_gpu_program(lambda x: x * 2 + 1, torch.randn(64, 32))
+    single.launcher.device = 0
+    single.launcher.compiled(single.kernels_for_emit()[0])
+    assert not submitted
+
+
 def test_sibling_reductions_are_one_kernel_reading_their_operand_once():
     """cond_clamp's isnan().any() and isinf().any() both reduce x: ONE split-reduction kernel
     whose loop loads x once and writes both partials, then the select kernel."""

@@ -1,5 +1,6 @@
 """Launching a plan's kernels on the GPU of the current call: the call's arguments on that GPU
-(`Launcher.device_args`), each kernel compiled and loaded once per GPU (`Launcher.compiled`),
+(`Launcher.device_args`), each kernel compiled and loaded once per GPU (`Launcher.compiled`; the
+program's kernels handed to the compile workers before, `Launcher.prefetch`),
 device values read on the host (`Launcher.on_host`, refused while a CUDA graph captures:
 `_NeedsTheHost`), and one launch with its arguments (`_operand_args`, `_launch`).
 """
@@ -10,7 +11,8 @@ import time
 
 import torch
 
-from tidal.backends.gpu.triton_compile import compile_kernel
+from tidal.backends.gpu import compile_pool
+from tidal.backends.gpu.triton_compile import compile_kernel, kernel_text
 from tidal.diagnostics import TidalError, TidalUnsupported
 
 
@@ -35,16 +37,38 @@ class Launcher:
         self.device = None  # the GPU the current call runs on
         self._host_values: dict = {}  # id of a GPU argument made of a host value -> that value
         self.compile_s = 0.0  # host seconds spent compiling kernels, over all calls
+        self.kernels: list = []  # the program's kernels (its PlanBuilder's list, growing)
+        self._compiling: dict = {}  # (kernel, device) -> a compile worker's future for it
+        self._prefetched: set = set()  # the GPUs the kernels went to the workers for
 
     def compiled(self, kernel):
         """`kernel` compiled and loaded for the GPU this call runs on."""
         key = (id(kernel), self.device)
         compiled = self._loaded.get(key)
         if compiled is None:
+            if self.device not in self._prefetched:
+                self.prefetch(self.device)
             start = time.perf_counter()
+            future = self._compiling.pop(key, None)
+            if future is not None:
+                future.result()  # Triton's disk cache holds it now (or the compile below says why not)
             compiled = self._loaded[key] = compile_kernel(kernel, device=self.device)
             self.compile_s += time.perf_counter() - start
         return compiled
+
+    def prefetch(self, device: int) -> None:
+        """The program's kernels not yet loaded on `device` go to the compile workers (when there
+        are two or more: one compiles here sooner than a worker starts)."""
+        self._prefetched.add(device)
+        pending = [k for k in self.kernels if (id(k), device) not in self._loaded and (id(k), device) not in self._compiling]
+        if len(pending) < 2 or (pool := compile_pool.shared_pool()) is None:
+            return
+        from triton.backends.compiler import GPUTarget
+
+        major, minor = torch.cuda.get_device_capability(device)
+        target = GPUTarget("cuda", 10 * major + minor, 32)
+        for kernel in pending:
+            self._compiling[(id(kernel), device)] = pool.submit(kernel, (target.backend, target.arch), kernel_text(kernel, target))
 
     def device_args(self, tensors) -> list:
         """The call's arguments on the GPU. A 0-d CPU tensor (a size or Python number the boundary

@@ -52,6 +52,7 @@ class GpuProgram:
         self.block = func.regions[0].blocks[0]
         self.launcher = Launcher()
         self.builder = PlanBuilder(module, self.launcher.compiled, self.launcher.on_host)
+        self.launcher.kernels = self.builder.kernels
         self.plan = _Plan(self.builder, self.block)
         self._graphs: dict = {}
         self._seen: dict = {}  # input keys met once, in order (capture on the second meeting)

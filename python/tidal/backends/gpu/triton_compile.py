@@ -1,68 +1,29 @@
-"""TTIR text → PTX/cubin with triton 3.6, through its full `make_ttir` pipeline.
-
-`triton.compile(path)` on a `.ttir` file skips the make_ttir passes (inliner, canonicalize,
-combine, CSE); a source object of the AST kind whose `make_ir` parses our text runs them all
-(FOUNDATION.md). A kernel written at TTGIR level (explicit layouts, `Kernel.stage`) enters as
-Gluon's frontend output does: its cleanup passes, then straight to LLVM (Triton's layout passes
-would undo the layouts). Triton's cache is keyed by the source's hash, here the text and
-signature: a kernel compiled once (any process) is loaded from disk. No GPU is needed to compile
-for a target.
+"""Kernels compiled by triton 3.6 (`compile_kernel`, its text through
+`compile_worker.compile_text`), checked without compiling (`kernel_errors`) and printed at a
+stage (`kernel_asm`). No GPU is needed to compile for a target.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
-import types
 
+from tidal.backends.gpu.compile_worker import compile_text
 from tidal.backends.gpu.ttir import TARGET_PLACEHOLDER, Kernel
 
 DEFAULT_TARGET = ("cuda", 90)
 
 
 def _triton():
+    """Triton's GPUTarget, or a clear error where the GPU extra is not installed."""
     try:
-        import triton  # noqa: F401
-    except ImportError as exc:  # the GPU extra is not installed
+        from triton.backends.compiler import GPUTarget
+    except ImportError as exc:
         from tidal.diagnostics import TidalUnsupported
 
         raise TidalUnsupported("GPU backend: triton is not installed (pip install 'tidal[gpu]', triton==3.6.0)", None) from exc
-    from triton.backends.compiler import GPUTarget, Language
-    from triton.compiler.compiler import ASTSource
-    from triton.compiler.compiler import compile as triton_compile
-
-    return GPUTarget, Language, ASTSource, triton_compile
-
-
-def _source(kernel: Kernel, text: str):
-    _, Language, ASTSource, _ = _triton()
-    from triton._C.libtriton import ir as tir
-
-    language = Language.GLUON if kernel.stage == "ttgir" else Language.TRITON
-
-    class TextSource(ASTSource):
-        def __init__(self):  # noqa: D401  (ASTSource's constructor needs a Python function)
-            self.name, self.signature, self.text = kernel.name, dict(kernel.signature), text
-            self.language, self.ext, self.constants, self.attrs = language, kernel.stage, {}, {}
-            key = hashlib.sha256((self.text + repr(self.signature)).encode()).hexdigest()
-            self.fn = types.SimpleNamespace(cache_key=key, arg_names=list(self.signature), launch_metadata=None, __name__=self.name)
-
-        def hash(self):
-            return self.fn.cache_key
-
-        def make_ir(self, target, options, codegen_fns, module_map, context):
-            with tempfile.NamedTemporaryFile("w", suffix="." + kernel.stage, delete=False) as f:
-                f.write(self.text)
-            try:
-                module = tir.parse_mlir_module(f.name, context)
-            finally:
-                os.unlink(f.name)
-            module.context = context
-            return module
-
-    return TextSource()
+    return GPUTarget
 
 
 _verify_context = None
@@ -119,7 +80,7 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
     """The triton CompiledKernel of `kernel` for `target`, or (None) for the GPU numbered `device`
     (None: the current one). A CompiledKernel loads its binary into the device current at its
     first launch and launches there only, so each GPU gets its own."""
-    GPUTarget, _, _, triton_compile = _triton()
+    GPUTarget = _triton()
     if target is None and device is None:
         from triton.runtime import driver
 
@@ -127,17 +88,13 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
     key = (kernel.text, tuple(kernel.signature.items()), target or device, kernel.num_warps)
     if key not in _compiled:
         gpu_target = GPUTarget(target[0], target[1], 32) if target else None
-        text = kernel.text
-        if kernel.stage == "ttgir":
-            if gpu_target is None:
-                from triton.runtime import driver
+        if kernel.stage == "ttgir" and gpu_target is None:
+            from triton.runtime import driver
 
-                gpu_target = driver.active.get_current_target()
-            text = text.replace(TARGET_PLACEHOLDER, f"{gpu_target.backend}:{gpu_target.arch}")
+            gpu_target = driver.active.get_current_target()
         try:
-            _compiled[key] = triton_compile(
-                _source(kernel, text), target=gpu_target, options={"num_warps": kernel.num_warps, "enable_fp_fusion": False}
-            )
+            _compiled[key] = compile_text(kernel.name, kernel_text(kernel, gpu_target), kernel.signature,
+                                          kernel.stage, kernel.num_warps, gpu_target)
         except RuntimeError as exc:
             from tidal.diagnostics import TidalUnsupported
 
@@ -145,6 +102,13 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
             raise TidalUnsupported(f"GPU backend: triton could not compile kernel {kernel.name} ({first}); "
                                    "please report it with the program", kernel.location) from exc
     return _compiled[key]
+
+
+def kernel_text(kernel: Kernel, gpu_target) -> str:
+    """`kernel`'s text for `gpu_target`: a TTGIR module names its target in the text."""
+    if kernel.stage != "ttgir":
+        return kernel.text
+    return kernel.text.replace(TARGET_PLACEHOLDER, f"{gpu_target.backend}:{gpu_target.arch}")
 
 
 def kernel_asm(kernel: Kernel, stage: str, target: tuple[str, int] = DEFAULT_TARGET) -> str:
