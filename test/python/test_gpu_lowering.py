@@ -643,8 +643,9 @@ def _traced_gpu_program(fn, *inputs):
 
 def test_compile_workers_fill_tritons_disk_cache_for_the_launching_process(tmp_path, monkeypatch):
     """Kernels a worker process compiled load in this process without being parsed here (a
-    Triton cache hit); a kernel no worker compiled is parsed here (the counter can move); a
-    kernel the worker cannot compile comes back with the reason."""
+    Triton cache hit), and the C launcher asked for is in the cache; a kernel no worker compiled
+    is parsed here (the counter can move); a kernel the worker cannot compile comes back with
+    the reason."""
     import torch
 
     from tidal.backends.gpu import compile_worker
@@ -653,18 +654,27 @@ def test_compile_workers_fill_tritons_disk_cache_for_the_launching_process(tmp_p
     from tidal.backends.gpu.ttir import Kernel
     from triton.backends.compiler import GPUTarget
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    # a libcuda with no symbols: enough for Triton to build (not load) a kernel's C launcher here
+    stub = tmp_path / "cuda"
+    stub.mkdir()
+    (stub / "stub.c").write_text("int tidal_stub;\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(stub / "libcuda.so.1"), str(stub / "stub.c")], check=True)
+    (stub / "libcuda.so").symlink_to("libcuda.so.1")
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(stub))
     kernels = _traced_gpu_program(lambda x: (x.exp().sum(1), x.amax(0), torch.tanh(x) * 3), torch.randn(48, 24)).kernels_for_emit()
     assert len(kernels) == 3
     target = GPUTarget("cuda", 90, 32)
     pool = CompilePool(2)
     try:
-        futures = [pool.submit(k, ("cuda", 90), kernel_text(k, target)) for k in kernels[:2]]
+        futures = [pool.submit(k, ("cuda", 90), kernel_text(k, target), launcher=n == 1) for n, k in enumerate(kernels[:2])]
         broken = pool.submit(Kernel("broken", "tt.func @broken( {", {}), ("cuda", 90), "tt.func @broken( {")
         assert [f.result(timeout=120) for f in futures] == [None, None]
         assert broken.result(timeout=120)
     finally:
         pool.close()
+    assert len(list(cache.glob("*/__triton_launcher*"))) == 1  # the launcher asked for, built
     parsed = compile_worker.parsed
     for k in kernels[:2]:
         assert compile_kernel(k, ("cuda", 90)).asm["cubin"]
@@ -705,8 +715,8 @@ def test_a_programs_kernels_go_to_the_compile_workers_once_before_its_first_laun
     submitted, compiled_here = [], []
 
     class Pool:
-        def submit(self, kernel, target, text):
-            submitted.append((kernel.name, target))
+        def submit(self, kernel, target, text, launcher=False):
+            submitted.append((kernel.name, target, launcher))
             done = Future()
             done.set_result(None)
             return done
@@ -719,7 +729,7 @@ def test_a_programs_kernels_go_to_the_compile_workers_once_before_its_first_laun
     launcher = program.launcher
     launcher.device = 0
     assert launcher.compiled(kernels[1]) == kernels[1].name
-    assert submitted == [(k.name, ("cuda", 90)) for k in kernels] and compiled_here == [kernels[1].name]
+    assert submitted == [(k.name, ("cuda", 90), True) for k in kernels] and compiled_here == [kernels[1].name]
     assert launcher.compiled(kernels[0]) == kernels[0].name and len(submitted) == 3
     submitted.clear()
     single = _traced_gpu_program(lambda x: x * 2 + 1, torch.randn(64, 32))

@@ -51,12 +51,13 @@ class CompilePool:
             self._workers.append(worker)
             threading.Thread(target=self._feed, args=(worker,), daemon=True, name=f"tidal-compile-{n}").start()
 
-    def submit(self, kernel, target: tuple[str, int], text: str) -> Future:
-        """A future of `kernel` (its text for `target` given) compiled into Triton's disk cache:
-        its result is None, or why the worker could not."""
+    def submit(self, kernel, target: tuple[str, int], text: str, launcher: bool = False) -> Future:
+        """A future of `kernel` (its text for `target` given) compiled into Triton's disk cache,
+        with `launcher` its C launcher too (a GPU machine): its result is None, or why the worker
+        could not compile the kernel."""
         future: Future = Future()
         job = {"name": kernel.name, "text": text, "signature": list(kernel.signature.items()),
-               "stage": kernel.stage, "num_warps": kernel.num_warps, "target": list(target)}
+               "stage": kernel.stage, "num_warps": kernel.num_warps, "target": list(target), "launcher": launcher}
         self._jobs.put((json.dumps(job) + "\n", future))
         return future
 

@@ -10,8 +10,10 @@ compiled once, in any process, is loaded from disk.
 
 This file imports nothing of tidal (only the standard library and triton): a worker, started as
 `python compile_worker.py`, pays for importing triton alone, not torch or torch-mlir. It reads
-one JSON job a line on stdin (name, text, signature pairs, stage, num_warps, target), compiles it
-into Triton's disk cache and answers one JSON line on stdout: {"error": null} or the reason.
+one JSON job a line on stdin (name, text, signature pairs, stage, num_warps, target, launcher),
+compiles it into Triton's disk cache (with `launcher`, Triton's C launcher of its signature too:
+on a GPU machine's cold cache, building those one at a time at the first launches took longer
+than the kernels) and answers one JSON line on stdout: {"error": null} or the reason.
 """
 
 from __future__ import annotations
@@ -75,13 +77,29 @@ def serve(jobs, replies) -> None:
     for line in jobs:
         job = json.loads(line)
         try:
-            compile_text(job["name"], job["text"], dict(job["signature"]), job["stage"], job["num_warps"],
-                         GPUTarget(job["target"][0], job["target"][1], 32))
+            compiled = compile_text(job["name"], job["text"], dict(job["signature"]), job["stage"], job["num_warps"],
+                                    GPUTarget(job["target"][0], job["target"][1], 32))
             reply = {"error": None}
         except Exception as exc:  # noqa: BLE001  (the requester compiles it again and reports it, located)
             reply = {"error": f"{type(exc).__name__}: {str(exc).strip()[-2000:]}"}
+        else:
+            if job.get("launcher"):
+                reply["launcher"] = _build_launcher(compiled)
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+
+
+def _build_launcher(compiled) -> str | None:
+    """Triton's launcher of `compiled` (C, built by the C compiler, a second or so each) into
+    the disk cache, where the launching process's first launch finds it: None, or why not (no
+    CUDA driver on this machine: the launching process builds it)."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(compiled.src, compiled.metadata)
+    except Exception as exc:  # noqa: BLE001  (only a warm cache is lost)
+        return f"{type(exc).__name__}: {str(exc).strip()[-500:]}"
+    return None
 
 
 if __name__ == "__main__":

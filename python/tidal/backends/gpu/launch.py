@@ -68,7 +68,7 @@ class Launcher:
         major, minor = torch.cuda.get_device_capability(device)
         target = GPUTarget("cuda", 10 * major + minor, 32)
         for kernel in pending:
-            self._compiling[(id(kernel), device)] = pool.submit(kernel, (target.backend, target.arch), kernel_text(kernel, target))
+            self._compiling[(id(kernel), device)] = pool.submit(kernel, (target.backend, target.arch), kernel_text(kernel, target), launcher=True)
 
     def device_args(self, tensors) -> list:
         """The call's arguments on the GPU. A 0-d CPU tensor (a size or Python number the boundary
