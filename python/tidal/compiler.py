@@ -11,6 +11,7 @@ Stages, in order (each names the IR a user can print with `tidal-compile --emit 
 from __future__ import annotations
 
 import os
+import warnings
 
 from torch_mlir import ir
 
@@ -144,7 +145,7 @@ def gpu_function(prog, dump_dir: str | None = None):
     from tidal.backends.gpu import GPU_PREPARE, GPU_TORCH_LEVEL
     from tidal.backends.gpu.aten_fallback import origins, tag_origins, with_aten_calls
     from tidal.backends.gpu.program import GpuProgram
-    from tidal.diagnostics import TidalUnsupported
+    from tidal.diagnostics import TidalError, TidalPerformanceWarning, TidalUnsupported
 
     lower(prog.module, prog.context, "tidal", dump_dir=dump_dir)
     with prog.context:
@@ -168,6 +169,10 @@ def gpu_function(prog, dump_dir: str | None = None):
                 raise
             as_calls |= converted
             prog.module = module
+    for location, why in {(str(loc), why): (loc, why) for loc, why in program.builder.step_by_step}.values():
+        warnings.warn(TidalError("tidal runs this scan on the GPU one step at a time (kernel launches every step, "
+                                 f"not one kernel for the loop): {why}", location).format("warning"),
+                      TidalPerformanceWarning, stacklevel=2)
     if dump_dir:
         _dump(dump_dir, len(STAGES), "gpu", prog.module)
         for kernel in program.kernels_for_emit():

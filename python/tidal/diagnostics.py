@@ -59,6 +59,11 @@ class TidalError(Exception):
         return self.format()
 
 
+class TidalPerformanceWarning(UserWarning):
+    """tidal compiles the program, in a form much slower than its usual one (the message says
+    why, at the user's line): a scan run one step at a time on the GPU."""
+
+
 class TidalVerifyError(TidalError):
     """A tidal op broke one of its structural rules."""
 

@@ -641,6 +641,45 @@ def _traced_gpu_program(fn, *inputs):
         return gpu_function(import_program(fn, inputs))
 
 
+@pytest.mark.parametrize("width,mixes_rows,why", [
+    (64, False, None),
+    (100, False, r"its carries' widths \[100\] are not all powers of two of at least 16"),
+    (64, True, r"its step makes a tensor that is not one row per batch row \(a reduction over the batch"),
+])
+def test_a_scan_run_one_step_at_a_time_warns_at_the_users_line_saying_why(width, mixes_rows, why):
+    """A scan the GPU runs as a loop of launches (no row kernel) is a performance warning at the
+    scan's line naming the reason; a row-kernel scan warns of nothing."""
+    import torch
+    from torch._higher_order_ops import scan
+
+    from tidal.diagnostics import TidalPerformanceWarning
+
+    class RNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(width, width) / width ** 0.5)
+
+        def forward(self, h0, xs):
+            def step(h, x):
+                h = torch.tanh(x + h @ self.w)
+                if mixes_rows:
+                    h = h - h.mean(0)
+                return h, h.clone()
+
+            return scan(step, h0, xs)  # SCAN_LINE
+
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.endswith("# SCAN_LINE"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gpu_function(import_program(RNN(), (torch.zeros(8, width), torch.randn(5, 8, width))))
+    slow = [str(c.message) for c in caught if issubclass(c.category, TidalPerformanceWarning)]
+    if why is None:
+        assert not slow, slow
+        return
+    assert len(slow) == 1, slow
+    assert re.search(rf"test_gpu_lowering.py:{line}:\d+: warning: tidal runs this scan on the GPU one step at a time .*{why}", slow[0]), slow
+
+
 def test_compile_workers_fill_tritons_disk_cache_for_the_launching_process(tmp_path, monkeypatch):
     """Kernels a worker process compiled load in this process without being parsed here (a
     Triton cache hit), and the C launcher asked for is in the cache; a kernel no worker compiled
@@ -701,6 +740,21 @@ def test_a_dead_compile_worker_answers_every_job_and_warns_once():
     assert all("compile worker" in a for a in answers), answers
     assert [str(w.message) for w in caught if "compile worker exited" in str(w.message)][:1] and \
         len([w for w in caught if "compile worker exited" in str(w.message)]) == 1
+
+
+def test_compile_workers_setting(monkeypatch):
+    """TIDAL_COMPILE_WORKERS: 0 means none (kernels compile in the launching process), a word is
+    a clear error naming the setting; unset, one worker a CPU up to eight."""
+    from tidal.backends.gpu import compile_pool
+
+    monkeypatch.setenv("TIDAL_COMPILE_WORKERS", "0")
+    assert compile_pool.worker_count() == 0 and compile_pool.shared_pool() is None
+    monkeypatch.setenv("TIDAL_COMPILE_WORKERS", "many")
+    with pytest.raises(ValueError, match="TIDAL_COMPILE_WORKERS='many'"):
+        compile_pool.worker_count()
+    monkeypatch.delenv("TIDAL_COMPILE_WORKERS")
+    monkeypatch.setattr(compile_pool.os, "cpu_count", lambda: 64)
+    assert compile_pool.worker_count() == compile_pool.MOST_WORKERS
 
 
 def test_a_programs_kernels_go_to_the_compile_workers_once_before_its_first_launch(monkeypatch):

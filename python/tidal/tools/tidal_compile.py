@@ -136,12 +136,20 @@ def compile_file_for_gpu(path: str, emit: str, target: str) -> str:
     """The GPU backend's kernels of FILE.py at `emit` for `target`, one after another."""
     from tidal.backends.gpu.triton_compile import kernel_asm, parse_target
     from tidal.compiler import gpu_function
+    from tidal.diagnostics import TidalPerformanceWarning
 
     try:
         parsed = parse_target(target)
     except ValueError as exc:
         raise TidalError(str(exc), None) from None
-    program = gpu_function(_import_file(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TidalPerformanceWarning)
+        program = gpu_function(_import_file(path))
+    for w in caught:  # a performance warning as a compiler's diagnostic: FILE:LINE:COL: warning: ...
+        if issubclass(w.category, TidalPerformanceWarning):
+            sys.stderr.write(f"{w.message}\n")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     parts = []
     for kernel in program.kernels_for_emit():
         parts.append(f"// kernel {kernel.name} ({emit}, {target})\n{kernel_asm(kernel, emit, parsed)}")

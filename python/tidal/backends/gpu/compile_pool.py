@@ -103,22 +103,31 @@ class CompilePool:
 
 _pool: CompilePool | None = None
 _pool_lock = threading.Lock()
+_could_not_start = False
 
 
 def worker_count() -> int:
     """`TIDAL_COMPILE_WORKERS`, else one a CPU up to MOST_WORKERS; 0 or 1: no workers."""
-    setting = os.environ.get("TIDAL_COMPILE_WORKERS")
-    if setting is not None and setting.strip():
-        return int(setting)
-    return min(MOST_WORKERS, os.cpu_count() or 1)
+    setting = os.environ.get("TIDAL_COMPILE_WORKERS", "").strip()
+    if not setting:
+        return min(MOST_WORKERS, os.cpu_count() or 1)
+    if not setting.isdigit():
+        raise ValueError(f"TIDAL_COMPILE_WORKERS={setting!r}: expected a number of worker processes (0: none)")
+    return int(setting)
 
 
 def shared_pool() -> CompilePool | None:
     """The process's pool, started at its first use; None where workers are off."""
-    global _pool
+    global _pool, _could_not_start
     with _pool_lock:
-        if _pool is None and worker_count() > 1:
-            _pool = CompilePool(worker_count())
+        if _pool is None and not _could_not_start and worker_count() > 1:
+            try:
+                _pool = CompilePool(worker_count())
+            except OSError as exc:  # no interpreter to start (an embedded Python): compile here
+                warnings.warn(f"tidal: GPU compile workers could not start ({exc}); kernels compile in this process",
+                              RuntimeWarning, stacklevel=2)
+                _could_not_start = True
+                return None
             import atexit
 
             atexit.register(_pool.close)

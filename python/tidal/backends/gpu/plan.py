@@ -91,6 +91,7 @@ class PlanBuilder:
         self._resources = None
         self._kernel_count = 0
         self.kernels: list = []  # every Kernel made, in order: what --emit prints
+        self.step_by_step: list = []  # (location, why) of each scan run one step at a time
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -588,8 +589,9 @@ class PlanBuilder:
 
     def _op_tidal_scan(self, op):
         launch = row_scan_kernel(op, lambda: self._new_kernel_name("scan_rows"))
-        if launch is not None:
+        if not isinstance(launch, str):
             return self._device_row_scan(op, launch)
+        self.step_by_step.append((op.location, launch))
         attr = lambda n: ir.IntegerAttr(op.attributes[n]).value  # noqa: E731
         n, k, dim = attr("num_carries"), attr("num_xs"), attr("dim")
         reverse = ir.BoolAttr(op.attributes["reverse"]).value

@@ -223,6 +223,7 @@ class _Analysis:
         self.held_concats: set = set()  # concats also held whole
         self.matmul_columns: dict = {}  # a matmul's result -> the column blocks (first, width) computed
         self.tf32_parts = 2  # each operand as TF32 high and low parts (three products), or 1 (one)
+        self.refusal = ""  # why the step is not row-wise (`check`)
 
     def const_index(self, value) -> int | None:
         for i, a in enumerate(self.args[self.n + self.k :]):
@@ -237,17 +238,21 @@ class _Analysis:
         return None
 
     def check(self) -> bool:
+        """Whether the step is row-wise; if not, `refusal` says why (a performance warning)."""
         if self.dim != 0 or not self.n:
-            return False
+            return self._refuse("it scans along a dim other than the first" if self.n else "it has no carries")
         shapes = [_shape(v, dynamic_first=self.n <= i < self.n + self.k) for i, v in enumerate(self.operands)]
         if any(s is None for s in shapes) or any(_shape(r, dynamic_first=True) is None for r in self.op.results):
-            return False
+            return self._refuse("its carries, xs or outputs are not float32 of static sizes")
         carries, xs = shapes[: self.n], shapes[self.n : self.n + self.k]
         if any(len(s) != 2 for s in carries) or any(len(s) != 3 for s in xs):
-            return False
+            return self._refuse("its carries are not [batch, width] matrices (or its xs not [steps, batch, width])")
         self.rows = carries[0][0]
-        if any(s[0] != self.rows or not _width_ok(s[1]) for s in carries) or any(s[1] != self.rows for s in xs):
-            return False
+        if any(s[0] != self.rows for s in carries) or any(s[1] != self.rows for s in xs):
+            return self._refuse("its carries and xs differ in batch rows")
+        if any(not _width_ok(s[1]) for s in carries):
+            return self._refuse(f"its carries' widths {sorted({s[1] for s in carries})} are not all powers of two of "
+                                "at least 16 (other widths are not masked yet)")
         rowed = set(self.args[: self.n + self.k])  # [B, w] values of any width
         ops = []
         for inner in self.block.operations:
@@ -255,48 +260,60 @@ class _Analysis:
             if name in ("tensor.empty", "arith.constant"):
                 if name == "arith.constant" and _scalar_constant(inner.results[0]) is None and \
                         isinstance(inner.results[0].type, ir.RankedTensorType):
-                    return False
+                    return self._refuse("its step makes a constant tensor")
                 continue
             if name == "tidal.yield":
-                return all(v in rowed for v in inner.operands) and self._plan_slices(ops, inner)
+                if all(v in rowed for v in inner.operands) and self._plan_slices(ops, inner):
+                    return True
+                return self._refuse("its step's results are not tiles of its batch rows the kernel can hold")
             ops.append(inner)
             if name == "linalg.fill":
                 value = _producer(inner.operands[0])
-                if value is None or value.operation.name != "arith.constant" or not self._row_shaped(inner.results[0]):
-                    return False
+                if value is None or value.operation.name != "arith.constant":
+                    return self._refuse("its step fills a tensor with a computed value")
+                if not self._row_shaped(inner.results[0]):
+                    return self._refuse("its step makes a tensor that is not one row per batch row (a reduction over "
+                                        "the batch, or another shape)")
             elif name == "linalg.transpose":
                 c = self.const_index(inner.operands[0])
                 if c is None or list(ir.DenseI64ArrayAttr(inner.attributes["permutation"])) != [1, 0]:
-                    return False
+                    return self._refuse("its step transposes something other than a weight")
                 self.transposed[inner.results[0]] = c  # Wᵀ of a weight (an adjoint's): read so once
                 continue
             elif name == "linalg.matmul":
                 a, m, init = inner.operands
                 c = self.transposed.get(m, self.const_index(m))
                 if a not in rowed or c is None or not (init in rowed or _zero_fill(init)):
-                    return False
+                    return self._refuse("its step has a matmul other than a row tile times a weight the scan reads")
                 if a not in self.concats and not _width_ok(_shape(m)[0]):
-                    return False
+                    return self._refuse(f"its step has a matmul over {_shape(m)[0]} columns, not a power of two of at "
+                                        "least 16")
                 self.matrices.add(c)
             elif name == "linalg.generic":
                 if not self._rowwise_generic(inner, rowed):
-                    return False
+                    return self._refuse("its step has an elementwise op or reduction that mixes batch rows, indexes, "
+                                        "or reads a value the kernel cannot hold")
             elif name == "tensor.extract_slice":
                 if inner.operands[0] not in rowed or not self._column_slice(inner):
-                    return False
+                    return self._refuse("its step slices other than whole rows and a tile of columns")
             elif name == "tensor.concat":
                 if ir.IntegerAttr(inner.attributes["dim"]).value != 1 or not self._row_shaped(inner.results[0]) or \
                         not all(v in rowed and self._tile_shaped(v) for v in inner.operands):
-                    return False
+                    return self._refuse("its step concatenates other than row tiles along the columns")
                 parts, first = [], 0
                 for v in inner.operands:
                     parts.append((v, first, _shape(v)[1]))
                     first += _shape(v)[1]
                 self.concats[inner.results[0]] = parts
             else:
-                return False
+                return self._refuse(f"its step has `{name}`, which the row kernel does not take")
             rowed.update(inner.results)
+        return self._refuse("its step has no terminator")
+
+    def _refuse(self, reason: str) -> bool:
+        self.refusal = reason
         return False
+
 
     def _column_slice(self, op) -> bool:
         """A static slice of whole rows and contiguous columns, a tile wide; recorded in `slices`."""
@@ -591,12 +608,11 @@ def _layouts(a: "_Analysis", chunked: bool, parts: int, block_rows: int) -> _Lay
     return _Layouts(explicit, warps if explicit else NUM_WARPS, row_warps)
 
 
-def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
-    """The persistent kernel of a row-wise scan (named by `new_name()`), or None when the step is
-    not row-wise."""
+def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
+    """The persistent kernel of a row-wise scan (named by `new_name()`), or why there is none."""
     a = _Analysis(op)
     if not a.check():
-        return None
+        return a.refusal
     a.tf32_parts = 2 if _three_products() else 1
     # Weights past shared memory are split among programs, or else read from global memory (L2)
     # at every step, chunk by chunk
@@ -605,12 +621,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | None:
     resident = sp is not None
     streamed = sp is None and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
     if streamed and _weight_bytes(a) // a.tf32_parts > STREAMED_WEIGHT_BYTES:
-        return None
+        return (f"its weights ({_weight_bytes(a) // a.tf32_parts >> 10} KiB) split among programs do not fit shared "
+                f"memory with its {a.rows} batch rows, and are too large to read from L2 every step")
     n, k = a.n, a.k
     consts = sorted(a.matrices | a.vectors)
     lay = _layouts(a, streamed or resident, parts, R)
-    if (a.held_slices or a.held_concats) and not lay.explicit:
-        return None  # tiles in registers are sliced and joined through shared memory: TTGIR only
+    if (a.held_slices or a.held_concats) and not lay.explicit:  # sliced and joined through shared memory: TTGIR only
+        return "its step slices or joins tiles it also holds whole, and its weights are held in registers too large for that"
     b = KernelBuilder(new_name())
     b.warps = lay.warps
     if lay.explicit:
