@@ -519,14 +519,16 @@ def test_row_wise_scan_trains_on_cuda(tmp_path):
 
 
 @pytest.mark.parametrize("kind,h", [("lstm", 64), ("gru", 64), ("mingru", 64), ("lstm", 32), ("lstm", 128), ("gru", 128),
-                                    ("lstm", 256), ("gru", 512), ("ln_lstm", 64), ("residual_rnn", 64), ("ln_lstm", 128)])
+                                    ("lstm", 256), ("gru", 512), ("ln_lstm", 64), ("residual_rnn", 64), ("ln_lstm", 128),
+                                    ("gru", 96), ("lstm", 384), ("lstm", 320)])
 def test_gated_cells_run_as_row_kernels_and_train(kind, h, tmp_path):
     """LSTM, GRU and minGRU steps split their gates with `chunk`: each gate is a column block of
     the row kernel, so forward and adjoint are ONE persistent kernel each (40 rows: a partial
     block of 16; H = 128: the weights pass shared memory, so LSTM and GRU split every gate's
     columns among programs exchanging h through L2, each keeping its slice of the weights in shared
     memory, as TF32 parts or, with H = 256 and 512, as f32 values; LayerNorm-LSTM's are streamed
-    from L2 at every step); LayerNorm-LSTM and the
+    from L2 at every step; widths not powers of two, 96 = 3·32, 384 = 3·128, 320 = 5·64, shared
+    out among a multiple of 3 or 5 programs, each a power of two of the columns); LayerNorm-LSTM and the
     residual RNN normalize rows (reductions inside the kernel); outputs and the gradients of x and every weight match the same cell written
     as a Python loop."""
     import sys

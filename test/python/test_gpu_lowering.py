@@ -553,6 +553,68 @@ def test_split_cells_fit_shared_memory_forward_and_backward(gpu_programs_of_torc
         assert compile_kernel(rows, ("cuda", 90)).metadata.shared <= 227 * 1024
 
 
+@pytest.mark.parametrize("kind,h,rows,parts,weights", [
+    ("rnn", 384, 64, 12, "resident"), ("lstm", 384, 64, 12, "resident_f32"), ("gru", 384, 64, 12, "resident_f32"),
+    ("rnn", 96, 32, 6, "resident"), ("gru", 96, 32, 6, "resident"), ("lstm", 320, 32, 10, "resident_f32")])
+def test_widths_not_powers_of_two_are_shared_out_in_powers_of_two(monkeypatch, kind, h, rows, parts, weights):
+    """A width of a power of two times a small odd factor (384 = 3·128, 96 = 3·32, 320 = 5·64)
+    has no tile of its own (Triton's shapes are powers of two): its columns go to a multiple of
+    the factor of programs, each holding a power of two of them; the weights' K rows and the
+    exchanged left-hand side sit in shared memory in pieces of a power of two of rows (columns),
+    a K chunk read within one. Forward and adjoint are one row kernel each, within 227 KiB of
+    shared memory, no register spilled."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_cell
+
+    import tidal.backends.gpu.plan as plan
+    from tidal.backends.gpu.triton_compile import compile_kernel
+
+    launches, made = [], plan.row_scan_kernel
+    monkeypatch.setattr(plan, "row_scan_kernel", lambda *a: launches.append(made(*a)) or launches[-1])
+    xs = torch.randn(4, rows, h, requires_grad=True)
+    torch._dynamo.reset()
+    import tidal.dynamo
+
+    monkeypatch.setattr(tidal.dynamo, "_device", lambda inputs: "cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.compile(make_cell(kind, h, "cpu", "scan"), backend="tidal", fullgraph=True, options={"fallback": "warn"})(xs).sum().backward()
+    assert not [str(c.message) for c in caught if "one step at a time" in str(c.message)]
+    assert len(launches) == 2 and all(not isinstance(x, str) for x in launches), launches  # forward, adjoint
+    piece = h & -h
+    for launch in launches:
+        assert (launch.block_rows, launch.parts, launch.weights) == (16, parts, weights)
+        assert f"tensor<16x{h // parts}xf32, #mma>" in launch.kernel.text and f"16x{h}x" not in launch.kernel.text
+        assert f"!ttg.memdesc<16x{piece}xf32" in launch.kernel.text  # the exchanged h, a piece at a time
+        compiled = compile_kernel(launch.kernel, ("cuda", 90))
+        assert compiled.metadata.shared <= 227 * 1024
+        assert "spill" not in compiled.asm["ptx"]  # ptxas's -v is not kept; no local spill slots either
+        assert ".local" not in compiled.asm["ptx"], launch.kernel.name
+
+
+def test_a_width_not_a_power_of_two_with_a_row_reduction_says_why_it_is_not_a_kernel():
+    """LayerNorm over 384 columns needs every column in one program: no split, so the scan runs
+    one step at a time, and the warning says so."""
+    import sys
+
+    import torch
+
+    from tidal.diagnostics import TidalPerformanceWarning
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    from cases import make_cell
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gpu_function(import_program(make_cell("ln_lstm", 384, "cpu", "scan"), (torch.randn(4, 32, 384),)))
+    slow = [str(c.message) for c in caught if issubclass(c.category, TidalPerformanceWarning)]
+    assert len(slow) == 1 and "its widths [384" in slow[0] and "a row reduction needs every column" in slow[0], slow
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_rnn_modules_train_as_row_kernels(gpu_programs_of_torch_compile, kind):
     """nn.LSTM / nn.GRU (2 layers, bidirectional) inside compiled code: each layer and direction
@@ -643,7 +705,8 @@ def _traced_gpu_program(fn, *inputs):
 
 @pytest.mark.parametrize("width,mixes_rows,why", [
     (64, False, None),
-    (100, False, r"its carries' widths \[100\] are not all powers of two of at least 16"),
+    (100, False, r"its carries' widths \[100\] are neither powers of two of at least 16 nor multiples of 16 with an "
+                 r"odd factor of at most 7"),
     (64, True, r"its step makes a tensor that is not one row per batch row \(a reduction over the batch"),
 ])
 def test_a_scan_run_one_step_at_a_time_warns_at_the_users_line_saying_why(width, mixes_rows, why):

@@ -14,7 +14,9 @@ along the rows), matmuls of a tile by a const matrix, column slices (an LSTM's o
 its gates: see `_Analysis`), concats of tiles along the columns (an adjoint's gate cotangents) and
 reductions along the columns into [B, 1] statistics (a LayerNorm's). Rows never mix (a matmul contracts along the columns), so programs of different rows need no communication. A
 weight transposed in the step (an adjoint's Uᵀ) is loaded transposed. Tile widths are powers of
-two of at least 16 (`tt.dot`'s smallest tile), f32 only. Weights that fit in shared memory
+two of at least 16 (`tt.dot`'s smallest tile), f32 only; a width of a power of two times a small
+odd factor (384 = 3·128) is split among a multiple of that factor of programs, each holding a
+power of two of its columns (`MOST_ODD_FACTOR`). Weights that fit in shared memory
 (`WEIGHT_BYTES_ON_CHIP`) stay on chip for the whole loop; bigger ones are split by columns among
 programs sharing the rows, which exchange each matmul's left-hand side through L2 at a barrier
 (`_split`; each keeps its slice of the weights in shared memory and reads it a K chunk at a
@@ -26,6 +28,7 @@ runs as the host loop.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -92,6 +95,10 @@ COLUMN_PROGRAMS_PER_SM = 0.5
 PREFERRED_PARTS = 8
 RESIDENT_SHARED_BYTES = 224 * 1024  # of 227 KiB an SM (H100, H200): a weights' slice, the lhs part
 BLOCK_ROWS = (16, 32, 64)
+# A width that is a power of two times an odd factor up to this (384 = 3·128, 320 = 5·64, 448 =
+# 7·64) is shared among a multiple of that factor of programs, each holding a power of two of its
+# columns: Triton's tensors are powers of two. Others take the host loop until tiles are masked.
+MOST_ODD_FACTOR = 7
 # tiles copied to shared memory and read back in column blocks: a streamed matmul's left-hand
 # side (K chunks), a held tile's slices, a concat's parts
 TILE_SHARED = "#tile_smem = #ttg.swizzled_shared<{vec = 4, perPhase = 1, maxPhase = 8, order = [1, 0]}>"
@@ -141,6 +148,18 @@ def _shape(value, dynamic_first: bool = False) -> tuple[int, ...] | None:
 
 def _width_ok(w: int) -> bool:
     return w >= 16 and w & (w - 1) == 0
+
+
+def _odd_factor(w: int) -> int:
+    """w without its factors of two: 3 for 384 = 3·128."""
+    return w // (w & -w)
+
+
+def _splittable_width(w: int) -> bool:
+    """A width not a power of two that programs can still share out in power-of-two columns: a
+    multiple of 16 whose odd factor is small (384 = 3·128, 320 = 5·64: 3 or 5 programs or a
+    power of two times that each hold a power of two of its columns)."""
+    return w >= 16 and w % 16 == 0 and _odd_factor(w) <= MOST_ODD_FACTOR
 
 
 def _producer(value):
@@ -224,6 +243,9 @@ class _Analysis:
         self.matmul_columns: dict = {}  # a matmul's result -> the column blocks (first, width) computed
         self.tf32_parts = 2  # each operand as TF32 high and low parts (three products), or 1 (one)
         self.refusal = ""  # why the step is not row-wise (`check`)
+        # widths not powers of two (384): only programs sharing the columns hold them, each a
+        # power of two of them (`_split`)
+        self.odd_widths: set[int] = set()
 
     def const_index(self, value) -> int | None:
         for i, a in enumerate(self.args[self.n + self.k :]):
@@ -250,9 +272,10 @@ class _Analysis:
         self.rows = carries[0][0]
         if any(s[0] != self.rows for s in carries) or any(s[1] != self.rows for s in xs):
             return self._refuse("its carries and xs differ in batch rows")
-        if any(not _width_ok(s[1]) for s in carries):
-            return self._refuse(f"its carries' widths {sorted({s[1] for s in carries})} are not all powers of two of "
-                                "at least 16 (other widths are not masked yet)")
+        if any(not self._width_ok(s[1]) for s in carries):
+            return self._refuse(f"its carries' widths {sorted({s[1] for s in carries})} are neither powers of two of at "
+                                f"least 16 nor multiples of 16 with an odd factor of at most {MOST_ODD_FACTOR} (other widths "
+                                "are not masked yet)")
         rowed = set(self.args[: self.n + self.k])  # [B, w] values of any width
         ops = []
         for inner in self.block.operations:
@@ -285,9 +308,9 @@ class _Analysis:
                 c = self.transposed.get(m, self.const_index(m))
                 if a not in rowed or c is None or not (init in rowed or _zero_fill(init)):
                     return self._refuse("its step has a matmul other than a row tile times a weight the scan reads")
-                if a not in self.concats and not _width_ok(_shape(m)[0]):
-                    return self._refuse(f"its step has a matmul over {_shape(m)[0]} columns, not a power of two of at "
-                                        "least 16")
+                if a not in self.concats and not self._width_ok(_shape(m)[0]):
+                    return self._refuse(f"its step has a matmul over {_shape(m)[0]} columns, neither a power of two of "
+                                        f"at least 16 nor a multiple of 16 with an odd factor of at most {MOST_ODD_FACTOR}")
                 self.matrices.add(c)
             elif name == "linalg.generic":
                 if not self._rowwise_generic(inner, rowed):
@@ -365,7 +388,7 @@ class _Analysis:
         for j, arg in enumerate(self.args[self.n : self.n + self.k]):
             if any(not self._slice_read(u) for u in arg.uses):
                 width = _shape(self.operands[self.n + j], dynamic_first=True)[2]
-                if not _width_ok(width) and width != 1:  # 1: a statistic saved by the forward
+                if not self._width_ok(width) and width != 1:  # 1: a statistic saved by the forward
                     return False
                 self.xs_blocks.add((j, 0, _shape(self.operands[self.n + j], dynamic_first=True)[2]))
         if any(v in self.virtual for v in terminator.operands):
@@ -433,7 +456,16 @@ class _Analysis:
         return s is not None and len(s) == 2 and s[0] == self.rows
 
     def _tile_shaped(self, value) -> bool:
-        return self._row_shaped(value) and _width_ok(_shape(value)[1])
+        return self._row_shaped(value) and self._width_ok(_shape(value)[1])
+
+    def _width_ok(self, w: int) -> bool:
+        """A power of two of at least 16, or a width programs can share out (`odd_widths`)."""
+        if _width_ok(w):
+            return True
+        if _splittable_width(w):
+            self.odd_widths.add(w)
+            return True
+        return False
 
     def _statistic(self, value) -> bool:
         """A [B, 1] value: one number a row (a LayerNorm's mean), held as a [ROWS, 1] tile."""
@@ -531,13 +563,11 @@ def _split(a: "_Analysis") -> _Split | None:
         {w for *_, w in a.xs_blocks} | {w for *_, w in a.slices.values()} | \
         {w for parts in a.concats.values() for *_, w in parts}
     lhs_bytes = 4 * _largest_lhs_part(a)  # a row of it
-    more = [PREFERRED_PARTS << i for i in range(4)]
-    fewer = [PREFERRED_PARTS >> i for i in range(1, PREFERRED_PARTS.bit_length() - 1)]
     for block_rows in BLOCK_ROWS:
         if block_rows > max(ROWS, a.rows):
             break  # no bigger blocks than the batch
-        for parts in more + fewer:
-            if min(widths) // parts < 16 or _blocks(a.rows, block_rows) * parts > _sm_count() * COLUMN_PROGRAMS_PER_SM:
+        for parts in _part_counts(widths):
+            if _blocks(a.rows, block_rows) * parts > _sm_count() * COLUMN_PROGRAMS_PER_SM:
                 continue
             for weights, share in (("resident", _weight_bytes(a) // parts), ("resident_f32", _weight_bytes(a) // a.tf32_parts // parts)):
                 if share + block_rows * lhs_bytes <= RESIDENT_SHARED_BYTES:
@@ -545,12 +575,23 @@ def _split(a: "_Analysis") -> _Split | None:
     return None
 
 
+def _part_counts(widths: set[int]) -> list[int]:
+    """Numbers of programs that can share every width's columns, each a power of two of at least
+    16 of them, in order of preference: PREFERRED_PARTS or the fewest more (up to four doublings),
+    then fewer. Widths with an odd factor (384 = 3·128) take a multiple of it (3, 6, 12, 24...)."""
+    odd = functools.reduce(math.lcm, (_odd_factor(w) for w in widths), 1)
+    counts = [odd << i for i in range(12)]
+    more = [p for p in counts if p >= PREFERRED_PARTS][:4]
+    fewer = [p for p in reversed(counts) if 2 <= p < PREFERRED_PARTS]
+    return [p for p in more + fewer if all(w % p == 0 and _width_ok(w // p) for w in widths)]
+
+
 def _tile_widths(a: "_Analysis") -> set[int]:
     """Widths of the [ROWS, w] tiles the kernel holds (an xs the step never reads is not loaded;
     a value read only in column slices is held as its slices)."""
     widths = {_shape(v)[1] for v in a.operands[: a.n]} | {w for _, _, w in a.xs_blocks}
     for inner in a.block.operations:
-        if inner.operation.name == "linalg.transpose":
+        if inner.operation.name in ("linalg.transpose", "tensor.empty"):  # never a tile (an empty: an init, unread)
             continue
         widths |= {_shape(r)[1] for r in inner.results if r not in a.virtual and r not in a.concats and _shape(r) is not None
                    and len(_shape(r)) == 2}
@@ -616,7 +657,11 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
     a.tf32_parts = 2 if _three_products() else 1
     # Weights past shared memory are split among programs, or else read from global memory (L2)
     # at every step, chunk by chunk
-    sp = _split(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP else None
+    sp = _split(a) if _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP or a.odd_widths else None
+    if a.odd_widths and sp is None:
+        return (f"its widths {sorted(a.odd_widths)} are not powers of two, and no split of its columns among programs "
+                "(each a power of two of them, all in shared memory) fits: "
+                + ("a row reduction needs every column" if a.reductions else "too many programs or too little shared memory"))
     parts, R = (sp.parts, sp.block_rows) if sp else (1, ROWS)
     resident = sp is not None
     streamed = sp is None and _weight_bytes(a) > WEIGHT_BYTES_ON_CHIP
@@ -786,11 +831,15 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
 
     if resident:  # each block's share in shared memory, as its TF32 parts or its f32 values
         for key in a.matrix_blocks:
-            _, _, kk, _, w = key
-            loaded = load_matrix(key)
-            held = [loaded] if sp.weights == "resident_f32" else [p for p in split(loaded, (kk, w // parts), lay.rhs) if p is not None]
-            blocks[key] = [b.op(f"ttg.local_alloc {p} : ({tensor_type((kk, w // parts), 'f32', lay.rhs)}) -> "
-                                f"{resident_desc(kk, w // parts)}") for p in held]
+            m, k0, kk, first, w = key
+            share = w // parts
+            blocks[key] = []  # (first row, rows, [a buffer per part]): K rows not a power of two (384)
+            piece = kk & -kk  # are held in pieces of a power of two (Triton's shapes are)
+            for p0 in range(0, kk, piece):
+                loaded = load_matrix(key if piece == kk else (m, k0 + p0, piece, first, w), key)
+                held = [loaded] if sp.weights == "resident_f32" else [p for p in split(loaded, (piece, share), lay.rhs) if p is not None]
+                blocks[key].append((p0, piece, [b.op(f"ttg.local_alloc {p} : ({tensor_type((piece, share), 'f32', lay.rhs)}) -> "
+                                                     f"{resident_desc(piece, share)}") for p in held]))
     elif not streamed:
         for key in a.matrix_blocks:  # once, before the loop (per step was 1.4x slower, IEEE dot)
             blocks[key] = load_matrix(key)
@@ -801,12 +850,13 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
         if not resident:
             return load_matrix(key, block_key)
         _, k0, chunk, _, w = key
-        whole_rows, share = block_key[2], w // parts
+        share, row = w // parts, k0 - block_key[1]
+        p0, piece, held_parts = next(blk for blk in blocks[block_key] if blk[0] <= row < blk[0] + blk[1])
         loaded = []
-        for held in blocks[block_key]:
-            sub = b.op(f"ttg.memdesc_subslice {held} [{k0 - block_key[1]}, 0] : {resident_desc(whole_rows, share)} -> "
-                       f"{resident_desc(chunk, share, whole_rows)}")
-            loaded.append(b.op(f"ttg.local_load {sub} : {resident_desc(chunk, share, whole_rows)} -> "
+        for held in held_parts:
+            sub = b.op(f"ttg.memdesc_subslice {held} [{row - p0}, 0] : {resident_desc(piece, share)} -> "
+                       f"{resident_desc(chunk, share, piece)}")
+            loaded.append(b.op(f"ttg.local_load {sub} : {resident_desc(chunk, share, piece)} -> "
                                f"{tensor_type((chunk, share), 'f32', lay.rhs)}"))
         if sp.weights == "resident_f32":
             return split(loaded[0], (chunk, share), lay.rhs)
@@ -863,17 +913,26 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
 
     def columns_back(value, first, w, encoding):
         """Columns [first, first + w) of the held tile `value` in `encoding`, through a copy in
-        shared memory (registers cannot be sliced), made once a step."""
+        shared memory (registers cannot be sliced), made once a step. An exchanged tile whose
+        width is not a power of two (384) is copied in pieces of a power of two of columns, and
+        read within one."""
         full = _shape(value)[1]
-        desc = f"!ttg.memdesc<{R}x{full}xf32, #tile_smem, #smem>"
         if value not in stored_tiles:
-            whole = exchanged[value]() if value in exchanged else values[value]
-            stored_tiles[value] = b.op(f"ttg.local_alloc {whole} : ({tensor_type((R, full), 'f32', lay.tile)}) -> {desc}")
-        sub, sub_desc = stored_tiles[value], desc
-        if w != full:
-            sub_desc = f"!ttg.memdesc<{R}x{w}xf32, #tile_smem, #smem, {R}x{full}>"
-            sub = b.op(f"ttg.memdesc_subslice {sub} [0, {first}] : {desc} -> {sub_desc}")
-        return b.op(f"ttg.local_load {sub} : {sub_desc} -> {tensor_type((R, w), 'f32', encoding)}")
+            piece = full & -full
+            stored_tiles[value] = []
+            for p0 in range(0, full, piece):
+                if value in exchanged:
+                    whole = exchanged[value](p0, piece)
+                else:  # held whole: a power of two wide (odd widths are only shared out, and exchanged)
+                    whole = values[value]
+                desc = f"!ttg.memdesc<{R}x{piece}xf32, #tile_smem, #smem>"
+                stored_tiles[value].append((p0, piece, b.op(f"ttg.local_alloc {whole} : ({tensor_type((R, piece), 'f32', lay.tile)}) -> {desc}")))
+        p0, piece, sub = next(blk for blk in stored_tiles[value] if blk[0] <= first < blk[0] + blk[1])
+        desc = f"!ttg.memdesc<{R}x{piece}xf32, #tile_smem, #smem>"
+        if w != piece:
+            sub_desc = f"!ttg.memdesc<{R}x{w}xf32, #tile_smem, #smem, {R}x{piece}>"
+            sub, desc = b.op(f"ttg.memdesc_subslice {sub} [0, {first - p0}] : {desc} -> {sub_desc}"), sub_desc
+        return b.op(f"ttg.local_load {sub} : {desc} -> {tensor_type((R, w), 'f32', encoding)}")
 
     def streamed_products(matmul):
         """Every column block of a matmul by a streamed weight, K chunk by K chunk: the left-hand
@@ -974,7 +1033,7 @@ def row_scan_kernel(op, new_name) -> RowScanLaunch | str:
             zero_tile = b.const("0.000000e+00", "f32", (R, kk), enc)
             return b.op(f"tt.load {ptrs}, {mask}, {zero_tile} cacheModifier = cg : {tensor_type((R, kk), '!tt.ptr<f32>', enc)}")
 
-        return {tile: (lambda k0=k0, kk=kk: load(k0, kk)) for tile, k0, kk in lhs}
+        return {tile: (lambda p0=0, width=None, k0=k0, kk=kk: load(k0 + p0, width or kk)) for tile, k0, kk in lhs}
 
     def block_of(value, first, w):
         """Columns [first, first + w) of `value` this step: a held tile's whole, an xs block, or
