@@ -83,17 +83,14 @@ class CompilePool:
         with self._lock:
             self._alive -= 1
             last = self._alive == 0
-        self._warn_once(worker)
-        if last:
-            while (item := self._jobs.get()) is not None:
-                item[1].set_result("no compile worker left")
-
-    def _warn_once(self, worker) -> None:
-        if not self._warned:
-            self._warned = True
+            first, self._warned = not self._warned, True
+        if first:
             warnings.warn(f"tidal: a GPU compile worker exited (code {worker.poll()}); its kernels compile in this "
                           "process instead (slower first calls). TIDAL_COMPILE_WORKERS=0 turns the workers off.",
                           RuntimeWarning, stacklevel=2)
+        if last:
+            while (item := self._jobs.get()) is not None:
+                item[1].set_result("no compile worker left")
 
     def close(self) -> None:
         """Stop the workers once the jobs queued before are done."""

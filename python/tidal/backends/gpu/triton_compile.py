@@ -38,13 +38,12 @@ def kernel_errors(kernel: Kernel) -> str | None:
     from triton._C.libtriton import ir as tir
 
     if _verify_context is None:
-        from triton.backends.compiler import GPUTarget
         from triton.backends.nvidia.compiler import CUDABackend
 
         _verify_context = tir.context()
         tir.load_dialects(_verify_context)
-        CUDABackend(GPUTarget(*DEFAULT_TARGET, 32)).load_dialects(_verify_context)
-    text = kernel.text.replace(TARGET_PLACEHOLDER, "cuda:%d" % DEFAULT_TARGET[1])
+        CUDABackend(_default_gpu_target()).load_dialects(_verify_context)
+    text = kernel_text(kernel, _default_gpu_target())
     with tempfile.NamedTemporaryFile("w", suffix="." + kernel.stage, delete=False) as f:
         f.write(text)
     with tempfile.TemporaryFile() as err:
@@ -102,6 +101,10 @@ def compile_kernel(kernel: Kernel, target: tuple[str, int] | None = None, device
             raise TidalUnsupported(f"GPU backend: triton could not compile kernel {kernel.name} ({first}); "
                                    "please report it with the program", kernel.location) from exc
     return _compiled[key]
+
+
+def _default_gpu_target():
+    return _triton()(*DEFAULT_TARGET, 32)
 
 
 def kernel_text(kernel: Kernel, gpu_target) -> str:
